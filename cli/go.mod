@@ -1,0 +1,3 @@
+module github.com/mlxgo/mlxgo/cli
+
+go 1.26

@@ -1,0 +1,3 @@
+module github.com/mlxgo/mlxgo/generate
+
+go 1.26

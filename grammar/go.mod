@@ -1,0 +1,3 @@
+module github.com/mlxgo/mlxgo/grammar
+
+go 1.26

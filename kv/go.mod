@@ -1,0 +1,3 @@
+module github.com/mlxgo/mlxgo/kv
+
+go 1.26

@@ -1,0 +1,3 @@
+module github.com/mlxgo/mlxgo/mlxffi
+
+go 1.26

@@ -1,0 +1,3 @@
+module github.com/mlxgo/mlxgo/model
+
+go 1.26

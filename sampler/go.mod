@@ -1,0 +1,3 @@
+module github.com/mlxgo/mlxgo/sampler
+
+go 1.26

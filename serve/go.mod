@@ -1,0 +1,3 @@
+module github.com/mlxgo/mlxgo/serve
+
+go 1.26

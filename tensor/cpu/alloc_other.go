@@ -1,0 +1,5 @@
+//go:build !linux
+
+package cpu
+
+func allocBytes(size int) ([]byte, func([]byte)) { return heapBytes(size), nil }

@@ -1,0 +1,3 @@
+module github.com/mlxgo/mlxgo/tensor
+
+go 1.26

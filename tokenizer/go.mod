@@ -1,0 +1,3 @@
+module github.com/mlxgo/mlxgo/tokenizer
+
+go 1.26

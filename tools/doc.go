@@ -1,0 +1,2 @@
+// Package tools holds developer tools: oracle scripts, benchmarks and converters.
+package tools

@@ -1,0 +1,3 @@
+module github.com/mlxgo/mlxgo/tools
+
+go 1.26

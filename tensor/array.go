@@ -96,11 +96,11 @@ func (a *Array) Free() {
 	if a == nil || a.freed {
 		return
 	}
-	a.freed = true
 	if a.scope != nil {
 		a.scope.forget(a)
 	}
 	a.be.Free(a)
+	a.freed = true
 	a.impl = nil
 	liveArrays.Add(-1)
 }
@@ -194,20 +194,33 @@ func (s *Scope) Keep(arrs ...*Array) *Array {
 	return arrs[0]
 }
 
-// Close frees every array still in the scope and pops it (and any scope
-// left open inside it). Closing twice is a no-op.
+// Close frees every array still in the scope and pops it. Scopes opened
+// inside it and left open are closed first (their arrays freed too).
+// Closing twice is a no-op.
 func (s *Scope) Close() {
+	for {
+		scopes.mu.Lock()
+		top := scopes.top
+		inStack := false
+		for t := top; t != nil; t = t.parent {
+			if t == s {
+				inStack = true
+				break
+			}
+		}
+		scopes.mu.Unlock()
+		if !inStack || top == s {
+			break
+		}
+		top.Close()
+	}
 	scopes.mu.Lock()
 	if s.closed {
 		scopes.mu.Unlock()
 		return
 	}
-	// pop s and anything opened after it
-	for t := scopes.top; t != nil; t = t.parent {
-		if t == s {
-			scopes.top = s.parent
-			break
-		}
+	if scopes.top == s {
+		scopes.top = s.parent
 	}
 	s.closed = true
 	arrs := make([]*Array, 0, len(s.arrays))

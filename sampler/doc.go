@@ -1,2 +1,9 @@
-// Package sampler turns logits into tokens: logits processors, truncation filters and seeded categorical sampling, written as tensor ops.
+// Package sampler turns logits into tokens the way mlx-lm's make_sampler
+// and make_logits_processors do, as tensor ops on any backend.
+//
+// The chain per step: logit bias → repetition penalty → presence penalty →
+// frequency penalty → token mask (grammar) → log-softmax → (temperature 0:
+// argmax) top-p → min-p → XTC → top-k → categorical draw at 1/temperature.
+// Logprobs are taken after the processors and before the truncating
+// filters. Bad parameters are *ParamError values (HTTP 400 in the server).
 package sampler

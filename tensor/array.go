@@ -235,6 +235,35 @@ func (s *Scope) Close() {
 	}
 }
 
+// Untrack removes arrays from whatever scope holds them: the caller now
+// owns them and frees them explicitly. Long-lived state made while a scope
+// is open (a sampler's key, a cache's buffers) uses it.
+func Untrack(arrs ...*Array) {
+	for _, a := range arrs {
+		if a != nil && a.scope != nil {
+			a.scope.forget(a)
+		}
+	}
+}
+
+// Detach takes arrays out of whatever scope tracks them, so that closing
+// it leaves them alive: long-lived state made during a step (a KV cache's
+// buffers, made inside the step's scope) belongs to its owner, which frees
+// it explicitly. Untracked and nil arrays are ignored.
+func Detach(arrs ...*Array) {
+	for _, a := range arrs {
+		if a == nil {
+			continue
+		}
+		scopes.mu.Lock()
+		if s := a.scope; s != nil {
+			delete(s.arrays, a)
+			a.scope = nil
+		}
+		scopes.mu.Unlock()
+	}
+}
+
 // Len is the number of arrays the scope would free now.
 func (s *Scope) Len() int {
 	scopes.mu.Lock()

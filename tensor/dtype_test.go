@@ -43,12 +43,12 @@ func TestNarrowingRoundsToNearestEven(t *testing.T) {
 		in      float32
 		bf, f16 float32
 	}{
-		{1 + 1.0/256, 1, 1 + 1.0/1024*4},      // bf16 tie → even (1); f16 exact
+		{1 + 1.0/256, 1, 1 + 1.0/1024*4},        // bf16 tie → even (1); f16 exact
 		{1 + 3.0/256, 1 + 4.0/256, 1 + 3.0/256}, // bf16 tie → even (1+4/256)
-		{65520, 65536, float32(math.Inf(1))},  // f16 overflows to +Inf at the halfway point
+		{65520, 65536, float32(math.Inf(1))},    // f16 overflows to +Inf at the halfway point
 		{-0.0, 0, 0},
 		{5.960464477539063e-08, 5.960464477539063e-08, 5.960464477539063e-08}, // smallest f16 subnormal
-		{2.9802322387695312e-08, 2.9802322387695312e-08, 0},                  // half of it ties to even (0)
+		{2.9802322387695312e-08, 2.9802322387695312e-08, 0},                   // half of it ties to even (0)
 	}
 	for _, c := range cases {
 		if got := BF16ToF32(F32ToBF16(c.in)); got != c.bf {

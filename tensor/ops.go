@@ -366,7 +366,8 @@ func reduce(op ReduceOp, name string, a *Array, axes []int, keep bool) *Array {
 	return a.be.Reduce(op, in, ax, keep)
 }
 
-// Sum adds over axes (nil = all). Integer sums keep the dtype (int64 stays, others as given).
+// Sum adds over axes (nil = all). As in MLX, bool sums give int32 and uint8 sums
+// uint32; other dtypes keep theirs.
 func Sum(a *Array, axes []int, keepDims bool) *Array {
 	return reduce(ReduceSum, "Sum", a, axes, keepDims)
 }

@@ -1,0 +1,49 @@
+package cpu
+
+import "github.com/mlxgo/mlxgo/tensor"
+
+// AsType converts a to dt with C semantics: float to integer truncates
+// toward zero (NaN gives 0; negative values wrap into unsigned types),
+// integers wrap, anything to bool is x != 0, and narrowing to a 16-bit
+// float rounds to nearest even. The same dtype gives a view sharing a's
+// storage, so the no-op cast costs nothing.
+func (be *Backend) AsType(a *tensor.Array, dt tensor.DType) *tensor.Array {
+	src := get(a)
+	if a.DType() == dt {
+		return be.view(src, src.off, a.Shape(), src.strides, dt)
+	}
+	out, om := be.newArray(a.Shape(), dt)
+	if a.Size() == 0 {
+		return out
+	}
+	sdt := a.DType()
+	l := ewCollapse(a.Shape(), rowMajor(a.Shape()), src.strides)
+	st := l.inner(1)
+	sd, od := src.buf.data, om.buf.data
+	ewEach(l, []int{0, src.off}, ewGrain, func() func([]int, int) {
+		fb := make([]float32, ewBlock)
+		ib := make([]int64, ewBlock)
+		return func(pos []int, n int) {
+			for d := 0; d < n; d += ewBlock {
+				m := min(ewBlock, n-d)
+				so, oo := pos[1]+d*st, pos[0]+d
+				if sdt.IsFloat() {
+					// float32 holds every float16/bfloat16 value exactly, so one rounding happens at most
+					ewStoreF32(dt, od, oo, 1, ewLoadF32(sdt, sd, so, st, m, fb))
+					continue
+				}
+				x := ewLoadI64(sdt, sd, so, st, m, ib)
+				if dt.IsFloat() {
+					f := fb[:m]
+					for i, v := range x {
+						f[i] = float32(v) // correctly rounded, also for int64
+					}
+					ewStoreF32(dt, od, oo, 1, f)
+				} else {
+					ewStoreI64(dt, od, oo, 1, x)
+				}
+			}
+		}
+	})
+	return out
+}

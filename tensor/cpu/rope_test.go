@@ -1,0 +1,108 @@
+package cpu
+
+import (
+	"math"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// refRoPE is the float64 reference for x [B, H, T, D].
+func refRoPE(x []float32, b, h, t, d int, o tensor.RoPEOptions, offs []int, freqs []float64) []float64 {
+	out := make([]float64, len(x))
+	half := o.Dims / 2
+	scale := float64(o.Scale)
+	for bi := range b {
+		off := offs[0]
+		if len(offs) > 1 {
+			off = offs[bi]
+		}
+		for hi := range h {
+			for ti := range t {
+				base := ((bi*h+hi)*t + ti) * d
+				for i := range d {
+					out[base+i] = float64(x[base+i])
+				}
+				pos := float64(off+ti) * scale
+				for i := range half {
+					var th float64
+					if freqs != nil {
+						th = pos / freqs[i]
+					} else {
+						th = pos * math.Pow(float64(o.Base), -2*float64(i)/float64(o.Dims))
+					}
+					j1, j2 := i, i+half
+					if o.Traditional {
+						j1, j2 = 2*i, 2*i+1
+					}
+					x1, x2 := float64(x[base+j1]), float64(x[base+j2])
+					out[base+j1] = x1*math.Cos(th) - x2*math.Sin(th)
+					out[base+j2] = x1*math.Sin(th) + x2*math.Cos(th)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestRoPE(t *testing.T) {
+	fzNoLeak(t, func() {
+		b, h, tt, d := 2, 3, 5, 16
+		xv := fzRand(b*h*tt*d, 31)
+		x := tensor.FromFloat32(xv, []int{b, h, tt, d}, tensor.Float32)
+		fq := []float64{1, 3, 10, 30, 100, 300}
+		fq32 := make([]float32, len(fq))
+		for i, f := range fq {
+			fq32[i] = float32(f)
+		}
+		freqs := tensor.FromFloat32(fq32, []int{6}, tensor.Float32)
+		offArr := tensor.FromInt32([]int32{7, 40}, []int{2})
+		offScalar := tensor.FromInts([]int{9}, []int{}, tensor.Int64)
+		for _, c := range []struct {
+			name  string
+			o     tensor.RoPEOptions
+			offs  []int
+			freqs []float64
+		}{
+			{"halves", tensor.RoPEOptions{Dims: d, Base: 10000, Scale: 1, Offset: 3}, []int{3}, nil},
+			{"traditional", tensor.RoPEOptions{Dims: d, Traditional: true, Base: 10000, Scale: 1, Offset: 3}, []int{3}, nil},
+			{"partial", tensor.RoPEOptions{Dims: 8, Base: 500, Scale: 1, Offset: 100}, []int{100}, nil},
+			{"partial traditional", tensor.RoPEOptions{Dims: 8, Traditional: true, Base: 500, Scale: 0.25}, []int{0}, nil},
+			{"scale", tensor.RoPEOptions{Dims: d, Base: 10000, Scale: 0.5, Offset: 11}, []int{11}, nil},
+			{"freqs", tensor.RoPEOptions{Dims: 12, Freqs: freqs, Scale: 1, Offset: 2}, []int{2}, fq},
+			{"offset array", tensor.RoPEOptions{Dims: d, Base: 10000, Scale: 1, OffsetArr: offArr}, []int{7, 40}, nil},
+			{"offset scalar array", tensor.RoPEOptions{Dims: d, Base: 10000, Scale: 1, Offset: 1000, OffsetArr: offScalar}, []int{9}, nil},
+		} {
+			got := tensor.RoPE(x, c.o)
+			fzClose(t, c.name, got.Float32s(), refRoPE(xv, b, h, tt, d, c.o, c.offs, c.freqs), 2e-6, 2e-5)
+			got.Free()
+		}
+		// bf16 follows MLX's per-step rounding: within a couple of bf16 ulps
+		xb := tensor.FromFloat32(xv, []int{b, h, tt, d}, tensor.BFloat16)
+		o := tensor.RoPEOptions{Dims: d, Base: 10000, Scale: 1, Offset: 5}
+		gb := tensor.RoPE(xb, o)
+		if gb.DType() != tensor.BFloat16 {
+			t.Errorf("dtype %s", gb.DType())
+		}
+		fzClose(t, "bf16", gb.Float32s(), refRoPE(fzRound(xv, tensor.BFloat16), b, h, tt, d, o, []int{5}, nil), 1e-2, 2.0/128)
+		// [B, T, D] (3-D) with a per-batch offset, and a strided view
+		x3 := tensor.FromFloat32(xv[:b*tt*d], []int{b, tt, d}, tensor.Float32)
+		o3 := tensor.RoPEOptions{Dims: d, Base: 10000, Scale: 1, OffsetArr: offArr}
+		g3 := tensor.RoPE(x3, o3)
+		fzClose(t, "3-D", g3.Float32s(), refRoPE(xv[:b*tt*d], b, 1, tt, d, o3, []int{7, 40}, nil), 2e-6, 2e-5)
+		// [B, T, H, D] transposed to [B, H, T, D] without a copy
+		xbt := tensor.FromFloat32(xv, []int{b, tt, h, d}, tensor.Float32)
+		xv2 := tensor.Transpose(xbt, 0, 2, 1, 3)
+		gv := tensor.RoPE(xv2, tensor.RoPEOptions{Dims: d, Base: 10000, Scale: 1, Offset: 3})
+		perm := make([]float32, len(xv))
+		for bi := range b {
+			for hi := range h {
+				for ti := range tt {
+					copy(perm[((bi*h+hi)*tt+ti)*d:][:d], xv[((bi*tt+ti)*h+hi)*d:][:d])
+				}
+			}
+		}
+		fzClose(t, "strided", gv.Float32s(), refRoPE(perm, b, h, tt, d, tensor.RoPEOptions{Dims: d, Base: 10000, Scale: 1}, []int{3}, nil), 2e-6, 2e-5)
+		tensor.Free(x, freqs, offArr, offScalar, xb, gb, x3, g3, xbt, xv2, gv)
+	})
+}

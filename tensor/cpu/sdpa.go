@@ -1,0 +1,341 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// Block sizes of the attention kernel: rows of queries that share a K/V
+// head are processed together against blocks of keys widened to float32
+// once, with an online softmax carrying the running max and sum.
+const (
+	sdpaQRows = 32 // query rows per block
+	sdpaKeys  = 64 // keys per block
+)
+
+// sdpaDot is Σa·b in float32 over four lanes.
+func sdpaDot(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// sdpaAxpy adds a·x to y.
+func sdpaAxpy(a float32, x, y []float32) {
+	x = x[:len(y)]
+	i := 0
+	for ; i+4 <= len(y); i += 4 {
+		y[i] += a * x[i]
+		y[i+1] += a * x[i+1]
+		y[i+2] += a * x[i+2]
+		y[i+3] += a * x[i+3]
+	}
+	for ; i < len(y); i++ {
+		y[i] += a * x[i]
+	}
+}
+
+// sdpaScale multiplies y by a.
+func sdpaScale(a float32, y []float32) {
+	for i := range y {
+		y[i] *= a
+	}
+}
+
+var sdpaNegInf = float32(math.Inf(-1))
+
+func sdpaExp(x float32) float32 { return float32(math.Exp(float64(x))) }
+
+// sdpaPlan holds the layout of one attention call.
+type sdpaPlan struct {
+	b, hq, hkv, g, tq, tk, d, dv int
+	scale                        float32
+	causal                       bool
+	q, k, v                      *impl
+	qdt, kdt, vdt                tensor.DType
+	mask                         *impl // broadcast to [B, Hq, Tq, Tk], or nil
+	maskDT                       tensor.DType
+	sinks                        []float32
+	qBlocks, kChunks, chunkLen   int
+	// partial results per key chunk: running max, sum and unnormalised output
+	m, l, acc []float32
+}
+
+// rowsPerHead is the number of query rows sharing one K/V head.
+func (p *sdpaPlan) rowsPerHead() int { return p.g * p.tq }
+
+// rowHead splits a row index r (t-major: r = t·G + g) of a K/V head into
+// its query head and time step.
+func (p *sdpaPlan) rowHead(kvh, r int) (hq, t int) { return kvh*p.g + r%p.g, r / p.g }
+
+// SDPA computes attention with float32 scores and softmax. Work is split
+// over (batch, kv head, query block) and, when that is too little to keep
+// every core busy (decoding one token), also over chunks of keys whose
+// partial softmax results are merged at the end. A row with every key
+// masked (and no sink) yields zeros.
+func (be *Backend) SDPA(q, k, v *tensor.Array, o tensor.SDPAOptions) *tensor.Array {
+	qs, ks, vs := q.Shape(), k.Shape(), v.Shape()
+	p := &sdpaPlan{b: qs[0], hq: qs[1], tq: qs[2], d: qs[3], hkv: ks[1], tk: ks[2], dv: vs[3]}
+	p.g = p.hq / p.hkv
+	p.scale = o.Scale
+	if p.scale == 0 {
+		p.scale = float32(1 / math.Sqrt(float64(p.d)))
+	}
+	p.causal = o.MaskKind == tensor.MaskCausal
+	out, om := be.newArray([]int{p.b, p.hq, p.tq, p.dv}, q.DType())
+	if out.Size() == 0 {
+		return out
+	}
+	var owned [3]bool
+	p.q, owned[0] = fusedLastDense(q)
+	p.k, owned[1] = fusedLastDense(k)
+	p.v, owned[2] = fusedLastDense(v)
+	defer func() {
+		for i, im := range []*impl{p.q, p.k, p.v} {
+			if owned[i] {
+				im.buf.drop()
+			}
+		}
+	}()
+	p.qdt, p.kdt, p.vdt = q.DType(), k.DType(), v.DType()
+	if o.MaskKind == tensor.MaskArray && o.Mask != nil {
+		mv := be.BroadcastTo(o.Mask, []int{p.b, p.hq, p.tq, p.tk})
+		defer mv.Free()
+		p.mask, p.maskDT = get(mv), o.Mask.DType()
+	}
+	if o.Sinks != nil {
+		p.sinks = make([]float32, p.hq)
+		si, sown := contig(o.Sinks)
+		fusedLoad(p.sinks, si.buf.data, si.off, o.Sinks.DType())
+		if sown {
+			si.buf.drop()
+		}
+	}
+
+	rows := p.rowsPerHead()
+	p.qBlocks = (rows + sdpaQRows - 1) / sdpaQRows
+	items := p.b * p.hkv * p.qBlocks
+	p.kChunks = 1
+	if w := workers(); items < 2*w && p.tk > 512 {
+		p.kChunks = min((2*w+items-1)/items, (p.tk+255)/256)
+	}
+	p.chunkLen = (p.tk + p.kChunks - 1) / p.kChunks
+	p.chunkLen = (p.chunkLen + sdpaKeys - 1) / sdpaKeys * sdpaKeys
+	p.kChunks = max(1, (p.tk+p.chunkLen-1)/p.chunkLen)
+
+	totalRows := p.b * p.hkv * rows
+	p.m = make([]float32, p.kChunks*totalRows)
+	p.l = make([]float32, p.kChunks*totalRows)
+	p.acc = make([]float32, p.kChunks*totalRows*p.dv)
+
+	parallelFor(items*p.kChunks, 1, func(lo, hi int) {
+		s := newSDPAScratch(p)
+		for it := lo; it < hi; it++ {
+			p.block(s, it)
+		}
+	})
+	be.sdpaFinish(p, om, q.DType())
+	return out
+}
+
+// sdpaScratch is one worker's float32 staging area.
+type sdpaScratch struct {
+	q, k, v, s []float32
+	mrow       []int // mask row offsets
+	pos        []int // absolute query positions (causal)
+}
+
+func newSDPAScratch(p *sdpaPlan) *sdpaScratch {
+	return &sdpaScratch{
+		q:    make([]float32, sdpaQRows*p.d),
+		k:    make([]float32, sdpaKeys*p.d),
+		v:    make([]float32, sdpaKeys*p.dv),
+		s:    make([]float32, sdpaKeys),
+		mrow: make([]int, sdpaQRows),
+		pos:  make([]int, sdpaQRows),
+	}
+}
+
+// block runs one work item: a block of query rows of one (batch, kv head)
+// against one chunk of keys, leaving unnormalised partial results.
+func (p *sdpaPlan) block(s *sdpaScratch, it int) {
+	kc := it % p.kChunks
+	it /= p.kChunks
+	qb := it % p.qBlocks
+	it /= p.qBlocks
+	kvh := it % p.hkv
+	b := it / p.hkv
+	rows := p.rowsPerHead()
+	r0 := qb * sdpaQRows
+	nr := min(sdpaQRows, rows-r0)
+	totalRows := p.b * p.hkv * rows
+	gbase := (b*p.hkv+kvh)*rows + r0 // global row of r0
+	part := kc * totalRows
+
+	maxPos := 0
+	for i := range nr {
+		hq, t := p.rowHead(kvh, r0+i)
+		qo := p.q.off + b*p.q.strides[0] + hq*p.q.strides[1] + t*p.q.strides[2]
+		qr := s.q[i*p.d : (i+1)*p.d]
+		fusedLoad(qr, p.q.buf.data, qo, p.qdt)
+		sdpaScale(p.scale, qr)
+		s.pos[i] = p.tk - p.tq + t
+		maxPos = max(maxPos, s.pos[i])
+		if p.mask != nil {
+			s.mrow[i] = p.mask.off + b*p.mask.strides[0] + hq*p.mask.strides[1] + t*p.mask.strides[2]
+		}
+		p.m[part+gbase+i] = sdpaNegInf
+		p.l[part+gbase+i] = 0
+		clear(p.acc[(part+gbase+i)*p.dv : (part+gbase+i+1)*p.dv])
+	}
+	j0 := kc * p.chunkLen
+	j1 := min(p.tk, j0+p.chunkLen)
+	if p.causal {
+		j1 = min(j1, maxPos+1)
+	}
+	kbase := p.k.off + b*p.k.strides[0] + kvh*p.k.strides[1]
+	vbase := p.v.off + b*p.v.strides[0] + kvh*p.v.strides[1]
+	for jb := j0; jb < j1; jb += sdpaKeys {
+		nk := min(sdpaKeys, j1-jb)
+		for j := range nk {
+			fusedLoad(s.k[j*p.d:(j+1)*p.d], p.k.buf.data, kbase+(jb+j)*p.k.strides[2], p.kdt)
+			fusedLoad(s.v[j*p.dv:(j+1)*p.dv], p.v.buf.data, vbase+(jb+j)*p.v.strides[2], p.vdt)
+		}
+		for i := range nr {
+			sc := s.s[:nk]
+			qr := s.q[i*p.d : (i+1)*p.d]
+			for j := range nk {
+				sc[j] = sdpaDot(qr, s.k[j*p.d:(j+1)*p.d])
+			}
+			if p.causal {
+				for j := max(0, s.pos[i]+1-jb); j < nk; j++ {
+					sc[j] = sdpaNegInf
+				}
+			}
+			if p.mask != nil {
+				p.applyMask(sc, s.mrow[i]+jb*p.mask.strides[3])
+			}
+			bm := sdpaNegInf
+			for _, x := range sc {
+				bm = max(bm, x)
+			}
+			if bm == sdpaNegInf {
+				continue
+			}
+			gi := part + gbase + i
+			acc := p.acc[gi*p.dv : (gi+1)*p.dv]
+			if m := p.m[gi]; bm > m {
+				if m != sdpaNegInf {
+					c := sdpaExp(m - bm)
+					p.l[gi] *= c
+					sdpaScale(c, acc)
+				}
+				p.m[gi] = bm
+			}
+			m := p.m[gi]
+			var l float32
+			for j, x := range sc {
+				if x == sdpaNegInf {
+					continue
+				}
+				e := sdpaExp(x - m)
+				l += e
+				sdpaAxpy(e, s.v[j*p.dv:(j+1)*p.dv], acc)
+			}
+			p.l[gi] += l
+		}
+	}
+}
+
+// applyMask applies the array mask to a row of scores: bool masks drop
+// keys whose entry is false, other masks are added.
+func (p *sdpaPlan) applyMask(sc []float32, off int) {
+	data, st := p.mask.buf.data, p.mask.strides[3]
+	switch p.maskDT {
+	case tensor.Bool:
+		for j := range sc {
+			if data[off+j*st] == 0 {
+				sc[j] = sdpaNegInf
+			}
+		}
+	case tensor.Float32:
+		f := f32s(data)
+		for j := range sc {
+			sc[j] += f[off+j*st]
+		}
+	case tensor.BFloat16:
+		h := u16s(data)
+		for j := range sc {
+			sc[j] += tensor.BF16ToF32(h[off+j*st])
+		}
+	case tensor.Float16:
+		h := u16s(data)
+		for j := range sc {
+			sc[j] += tensor.F16ToF32(h[off+j*st])
+		}
+	default:
+		for j := range sc {
+			sc[j] += float32(indexValue(data, off+j*st, p.maskDT))
+		}
+	}
+}
+
+// sdpaFinish merges the key-chunk partials of every row, folds in the
+// sink logit and normalises into the output.
+func (be *Backend) sdpaFinish(p *sdpaPlan, om *impl, dt tensor.DType) {
+	rows := p.rowsPerHead()
+	totalRows := p.b * p.hkv * rows
+	parallelFor(totalRows, 64, func(lo, hi int) {
+		res := make([]float32, p.dv)
+		for gr := lo; gr < hi; gr++ {
+			bk := gr / rows
+			r := gr % rows
+			b, kvh := bk/p.hkv, bk%p.hkv
+			hq, t := p.rowHead(kvh, r)
+			m := sdpaNegInf
+			for c := range p.kChunks {
+				m = max(m, p.m[c*totalRows+gr])
+			}
+			clear(res)
+			var l float32
+			if m != sdpaNegInf {
+				for c := range p.kChunks {
+					i := c*totalRows + gr
+					if p.m[i] == sdpaNegInf {
+						continue
+					}
+					f := sdpaExp(p.m[i] - m)
+					l += p.l[i] * f
+					sdpaAxpy(f, p.acc[i*p.dv:(i+1)*p.dv], res)
+				}
+			}
+			if p.sinks != nil {
+				sk := p.sinks[hq]
+				if sk > m {
+					if m != sdpaNegInf {
+						f := sdpaExp(m - sk)
+						l *= f
+						sdpaScale(f, res)
+					}
+					m = sk
+				}
+				l += sdpaExp(sk - m)
+			}
+			if l > 0 {
+				sdpaScale(1/l, res)
+			}
+			fusedStore(om.buf.data, om.off+((b*p.hq+hq)*p.tq+t)*p.dv, res, dt)
+		}
+	})
+}

@@ -1,0 +1,432 @@
+#include "textflag.h"
+
+// AVX-512 kernels for matmul and quantized matmul. Go callers check
+// hasAVX512 first; see simd_amd64.go for the contracts.
+
+// func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL eaxArg+0(FP), AX
+	MOVL ecxArg+4(FP), CX
+	CPUID
+	MOVL AX, eax+8(FP)
+	MOVL BX, ebx+12(FP)
+	MOVL CX, ecx+16(FP)
+	MOVL DX, edx+20(FP)
+	RET
+
+// func xgetbv() (eax, edx uint32)
+TEXT ·xgetbv(SB), NOSPLIT, $0-8
+	MOVL $0, CX
+	XGETBV
+	MOVL AX, eax+0(FP)
+	MOVL DX, edx+4(FP)
+	RET
+
+// func cvtBF16ToF32(dst []float32, src []uint16)
+// Converts len(dst) values (src must be at least as long).
+TEXT ·cvtBF16ToF32(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), DI
+	MOVQ dst_len+8(FP), CX
+	MOVQ src_base+24(FP), SI
+bf_loop16:
+	CMPQ CX, $16
+	JLT  bf_tail
+	VPMOVZXWD (SI), Z0
+	VPSLLD    $16, Z0, Z0
+	VMOVUPS   Z0, (DI)
+	ADDQ      $32, SI
+	ADDQ      $64, DI
+	SUBQ      $16, CX
+	JMP       bf_loop16
+bf_tail:
+	TESTQ CX, CX
+	JZ    bf_done
+	MOVWLZX (SI), AX
+	SHLL    $16, AX
+	MOVL    AX, (DI)
+	ADDQ    $2, SI
+	ADDQ    $4, DI
+	DECQ    CX
+	JMP     bf_tail
+bf_done:
+	VZEROUPPER
+	RET
+
+// func cvtF16ToF32(dst []float32, src []uint16)
+TEXT ·cvtF16ToF32(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), DI
+	MOVQ dst_len+8(FP), CX
+	MOVQ src_base+24(FP), SI
+hf_loop16:
+	CMPQ CX, $16
+	JLT  hf_tail
+	VCVTPH2PS (SI), Z0
+	VMOVUPS   Z0, (DI)
+	ADDQ      $32, SI
+	ADDQ      $64, DI
+	SUBQ      $16, CX
+	JMP       hf_loop16
+hf_tail:
+	TESTQ CX, CX
+	JZ    hf_done
+	MOVWLZX   (SI), AX
+	VMOVD     AX, X0
+	VCVTPH2PS X0, X0
+	VMOVSS    X0, (DI)
+	ADDQ      $2, SI
+	ADDQ      $4, DI
+	DECQ      CX
+	JMP       hf_tail
+hf_done:
+	VZEROUPPER
+	RET
+
+// HSUM reduces the 16 lanes of zmm Z (whose low halves are Y and X) into X12.
+#define HSUM(Z, Y) \
+	VEXTRACTF64X4 $1, Z, Y12 \
+	VADDPS        Y12, Y, Y12 \
+	VEXTRACTF128  $1, Y12, X13 \
+	VADDPS        X13, X12, X12 \
+	VHADDPS       X12, X12, X12 \
+	VHADDPS       X12, X12, X12
+
+// func qdot4(w *byte, x *float32, s, b, iota *float32, ng, cpg int) float32
+//
+// One row of 4-bit codes against one permuted x row: ng groups of cpg
+// chunks; a chunk is 16 bytes (32 codes) and 32 x values stored as the 16
+// even-indexed ones then the 16 odd-indexed ones, matching low and high
+// nibbles. Each group's 16 possible dequantized values s·i + b form a
+// table, and VPERMPS (which reads only the low 4 bits of each index) turns
+// codes straight into weights: no masking and no integer conversion.
+TEXT ·qdot4(SB), NOSPLIT, $0-60
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DX
+	MOVQ s+16(FP), R8
+	MOVQ b+24(FP), R9
+	MOVQ iota+32(FP), R10
+	MOVQ ng+40(FP), CX
+	MOVQ cpg+48(FP), R11
+	VMOVUPS (R10), Z14
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+qd_group:
+	VBROADCASTSS (R8), Z4
+	VBROADCASTSS (R9), Z5
+	VFMADD231PS  Z14, Z4, Z5 // table: s·i + b
+	MOVQ R11, BX
+qd_chunk:
+	VPMOVZXBD   (SI), Z0
+	VPSRLD      $4, Z0, Z1
+	VPERMPS     Z5, Z0, Z0
+	VPERMPS     Z5, Z1, Z1
+	VFMADD231PS (DX), Z0, Z2
+	VFMADD231PS 64(DX), Z1, Z3
+	ADDQ        $16, SI
+	ADDQ        $128, DX
+	DECQ        BX
+	JNZ         qd_chunk
+	ADDQ         $4, R8
+	ADDQ         $4, R9
+	DECQ         CX
+	JNZ          qd_group
+	VADDPS Z2, Z3, Z2
+	HSUM(Z2, Y2)
+	VMOVSS X12, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// ROW8 accumulates the dequantized chunk (Z8 even, Z9 odd codes) against
+// row m of an 8-row interleaved x block.
+#define ROW8(off, acc) \
+	VFMADD231PS off(DX), Z8, acc \
+	VFMADD231PS (off+64)(DX), Z9, acc
+
+// STORE8 reduces acc and stores it at DI, then steps DI by R12.
+#define STORE8(Z, Y) \
+	HSUM(Z, Y) \
+	VMOVSS X12, (DI) \
+	ADDQ   R12, DI
+
+// func qgemm4x8(w *byte, x *float32, s, b *float32, ng, cpg int, out *float32, ldo int)
+//
+// One row of 4-bit codes against 8 x rows at once. x holds, per chunk, the
+// 8 rows' permuted 32 values (1 KiB per chunk); s and b hold a scale and
+// a bias per group. The chunk is dequantized once (s·q + b) and reused by the 8
+// rows. out[m·ldo] = the dot product of x row m (ldo in elements).
+TEXT ·qgemm4x8(SB), NOSPLIT, $0-64
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DX
+	MOVQ s+16(FP), R8
+	MOVQ b+24(FP), R9
+	MOVQ ng+32(FP), CX
+	MOVQ cpg+40(FP), R11
+	MOVQ out+48(FP), DI
+	MOVQ ldo+56(FP), R12
+	SHLQ $2, R12
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVL   $0x0F, AX
+	VPBROADCASTD AX, Z15
+q8_group:
+	VBROADCASTSS (R8), Z10
+	VBROADCASTSS (R9), Z11
+	MOVQ R11, BX
+q8_chunk:
+	VPMOVZXBD   (SI), Z8
+	VPSRLD      $4, Z8, Z9
+	VPANDD      Z15, Z8, Z8
+	VCVTDQ2PS   Z8, Z8
+	VCVTDQ2PS   Z9, Z9
+	VFMADD132PS Z10, Z11, Z8
+	VFMADD132PS Z10, Z11, Z9
+	ROW8(0, Z0)
+	ROW8(128, Z1)
+	ROW8(256, Z2)
+	ROW8(384, Z3)
+	ROW8(512, Z4)
+	ROW8(640, Z5)
+	ROW8(768, Z6)
+	ROW8(896, Z7)
+	ADDQ $16, SI
+	ADDQ $1024, DX
+	DECQ BX
+	JNZ  q8_chunk
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ CX
+	JNZ  q8_group
+	STORE8(Z0, Y0)
+	STORE8(Z1, Y1)
+	STORE8(Z2, Y2)
+	STORE8(Z3, Y3)
+	STORE8(Z4, Y4)
+	STORE8(Z5, Y5)
+	STORE8(Z6, Y6)
+	STORE8(Z7, Y7)
+	VZEROUPPER
+	RET
+
+// ROWK multiplies broadcast A value off(SI) by the two B vectors into
+// the accumulators of one row.
+#define ROWK(off, t, c0, c1) \
+	VBROADCASTSS off(SI), t \
+	VFMADD231PS  t, Z16, c0 \
+	VFMADD231PS  t, Z17, c1
+
+// CROW adds one row of accumulators into C at DI and steps DI by R8.
+#define CROW(c0, c1) \
+	VADDPS  (DI), c0, c0 \
+	VMOVUPS c0, (DI) \
+	VADDPS  64(DI), c1, c1 \
+	VMOVUPS c1, 64(DI) \
+	ADDQ    R8, DI
+
+// func sgemm8x32(kc int, a, b, c *float32, ldc int)
+//
+// C[0:8][0:32] += A·B for a packed 8×kc panel of A (8 values per k) and a
+// packed kc×32 panel of B (32 values per k); C rows are ldc floats apart.
+TEXT ·sgemm8x32(SB), NOSPLIT, $0-40
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DX
+	MOVQ c+24(FP), DI
+	MOVQ ldc+32(FP), R8
+	SHLQ $2, R8
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	TESTQ CX, CX
+	JZ    sg_store
+sg_loop:
+	VMOVUPS (DX), Z16
+	VMOVUPS 64(DX), Z17
+	ROWK(0, Z18, Z0, Z1)
+	ROWK(4, Z19, Z2, Z3)
+	ROWK(8, Z20, Z4, Z5)
+	ROWK(12, Z21, Z6, Z7)
+	ROWK(16, Z22, Z8, Z9)
+	ROWK(20, Z23, Z10, Z11)
+	ROWK(24, Z24, Z12, Z13)
+	ROWK(28, Z25, Z14, Z15)
+	ADDQ $32, SI
+	ADDQ $128, DX
+	DECQ CX
+	JNZ  sg_loop
+sg_store:
+	CROW(Z0, Z1)
+	CROW(Z2, Z3)
+	CROW(Z4, Z5)
+	CROW(Z6, Z7)
+	CROW(Z8, Z9)
+	CROW(Z10, Z11)
+	CROW(Z12, Z13)
+	CROW(Z14, Z15)
+	VZEROUPPER
+	RET
+
+// func sdot(a, b *float32, n int) float32
+// n must be a multiple of 64.
+TEXT ·sdot(SB), NOSPLIT, $0-28
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DX
+	MOVQ n+16(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	SHRQ  $6, CX
+	JZ    sd_done
+sd_loop:
+	VMOVUPS     (SI), Z4
+	VMOVUPS     64(SI), Z5
+	VMOVUPS     128(SI), Z6
+	VMOVUPS     192(SI), Z7
+	VFMADD231PS (DX), Z4, Z0
+	VFMADD231PS 64(DX), Z5, Z1
+	VFMADD231PS 128(DX), Z6, Z2
+	VFMADD231PS 192(DX), Z7, Z3
+	ADDQ        $256, SI
+	ADDQ        $256, DX
+	DECQ        CX
+	JNZ         sd_loop
+sd_done:
+	VADDPS Z1, Z0, Z0
+	VADDPS Z3, Z2, Z2
+	VADDPS Z2, Z0, Z0
+	HSUM(Z0, Y0)
+	VMOVSS X12, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func sdotbf16(a *float32, b *uint16, n int) float32
+// n must be a multiple of 64.
+TEXT ·sdotbf16(SB), NOSPLIT, $0-28
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DX
+	MOVQ n+16(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	SHRQ  $6, CX
+	JZ    sdb_done
+sdb_loop:
+	VPMOVZXWD   (DX), Z4
+	VPMOVZXWD   32(DX), Z5
+	VPMOVZXWD   64(DX), Z6
+	VPMOVZXWD   96(DX), Z7
+	VPSLLD      $16, Z4, Z4
+	VPSLLD      $16, Z5, Z5
+	VPSLLD      $16, Z6, Z6
+	VPSLLD      $16, Z7, Z7
+	VFMADD231PS (SI), Z4, Z0
+	VFMADD231PS 64(SI), Z5, Z1
+	VFMADD231PS 128(SI), Z6, Z2
+	VFMADD231PS 192(SI), Z7, Z3
+	ADDQ        $256, SI
+	ADDQ        $128, DX
+	DECQ        CX
+	JNZ         sdb_loop
+sdb_done:
+	VADDPS Z1, Z0, Z0
+	VADDPS Z3, Z2, Z2
+	VADDPS Z2, Z0, Z0
+	HSUM(Z0, Y0)
+	VMOVSS X12, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// TAB builds row r's group table (s·i + b) into t from scale/bias addresses.
+#define TAB(saddr, baddr, t) \
+	VBROADCASTSS saddr, Z26 \
+	VBROADCASTSS baddr, t \
+	VFMADD231PS  Z14, Z26, t
+
+// ROW4 accumulates one row's chunk (codes at addr, table t) into a0/a1.
+#define ROW4(addr, t, a0, a1) \
+	VPMOVZXBD   addr, Z0 \
+	VPSRLD      $4, Z0, Z1 \
+	VPERMPS     t, Z0, Z0 \
+	VPERMPS     t, Z1, Z1 \
+	VFMADD231PS Z24, Z0, a0 \
+	VFMADD231PS Z25, Z1, a1
+
+// OUT4 reduces a row's accumulators and stores the float at off(DI).
+#define OUT4(a0, a1, y0, off) \
+	VADDPS a1, a0, a0 \
+	HSUM(a0, y0) \
+	VMOVSS X12, off(DI)
+
+// func qdot4x4(w *byte, bpr int, x *float32, s, b *float32, iota *float32, ng, cpg int, out *float32)
+//
+// qdot4 for 4 consecutive rows (bpr bytes apart; scales and biases ng
+// apart) sharing each x load; out receives the 4 results.
+TEXT ·qdot4x4(SB), NOSPLIT, $0-72
+	MOVQ w+0(FP), SI
+	MOVQ bpr+8(FP), R13
+	MOVQ x+16(FP), DX
+	MOVQ s+24(FP), R8
+	MOVQ b+32(FP), R9
+	MOVQ iota+40(FP), R10
+	MOVQ ng+48(FP), CX
+	MOVQ cpg+56(FP), R11
+	MOVQ out+64(FP), DI
+	LEAQ (R13)(R13*2), R14
+	MOVQ CX, R15
+	SHLQ $2, R15
+	LEAQ (R15)(R15*2), R12
+	VMOVUPS (R10), Z14
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+q44_group:
+	TAB((R8), (R9), Z4)
+	TAB((R8)(R15*1), (R9)(R15*1), Z5)
+	TAB((R8)(R15*2), (R9)(R15*2), Z6)
+	TAB((R8)(R12*1), (R9)(R12*1), Z7)
+	MOVQ R11, BX
+q44_chunk:
+	VMOVUPS (DX), Z24
+	VMOVUPS 64(DX), Z25
+	ROW4((SI), Z4, Z16, Z17)
+	ROW4((SI)(R13*1), Z5, Z18, Z19)
+	ROW4((SI)(R13*2), Z6, Z20, Z21)
+	ROW4((SI)(R14*1), Z7, Z22, Z23)
+	ADDQ $16, SI
+	ADDQ $128, DX
+	DECQ BX
+	JNZ  q44_chunk
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ CX
+	JNZ  q44_group
+	OUT4(Z16, Z17, Y16, 0)
+	OUT4(Z18, Z19, Y18, 4)
+	OUT4(Z20, Z21, Y20, 8)
+	OUT4(Z22, Z23, Y22, 12)
+	VZEROUPPER
+	RET

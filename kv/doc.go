@@ -1,2 +1,22 @@
-// Package kv holds the key/value caches that attention layers read and extend: plain, sliding-window, quantized, TurboQuant and paged, with persistence.
+// Package kv holds the key/value caches that attention layers read and
+// extend: plain (KVCache), sliding-window (RotatingKVCache) and their
+// affine-quantized variants, with persistence to memory-mapped files.
+//
+// The caches reproduce mlx-lm's (models/cache.py) step for step — growth
+// in 256-slot steps, the rotating cache's concatenate/in-place rules and
+// its masks, state and trimming — so that a prompt processed here and
+// there sees the same keys in the same places. They use the tensor API
+// only, so they run on every backend.
+//
+// A model layer uses a cache in three calls, whatever its kind:
+//
+//	mask := caches[0].MakeMask(n, 0, false) // once per forward pass
+//	kv := cache.UpdateAndFetch(keys, values)
+//	out := Attention(q, kv, mask.Options(scale))
+//
+// Arrays handed out by UpdateAndFetch are views owned by the cache and
+// freed by its next update: writes into the preallocated buffers are then
+// in place and cost only the new tokens (a view kept alive would make the
+// next write copy the whole buffer). Everything else a cache returns
+// (State, masks, Temporal) belongs to the caller.
 package kv

@@ -78,7 +78,7 @@ func NewOn(be tensor.Backend, p Params, vocab int) (s *Sampler, err error) {
 		}
 		s.xtcNo = tensor.FromBytesOn(be, raw, []int{vocab}, tensor.Bool, false)
 	}
-	tensor.Untrack(s.key, s.bias, s.xtcNo)
+	tensor.Detach(s.key, s.bias, s.xtcNo)
 	return s, nil
 }
 
@@ -207,7 +207,7 @@ func (s *Sampler) Step(logits *tensor.Array, history []int32, mask []int32) (st 
 		st.Tokens = tensor.AsType(tensor.Argmax(logprobs, -1, false), tensor.Int32)
 	} else {
 		next, sub := tensor.SplitKey2(s.key)
-		tensor.Untrack(next) // the sampler owns its key across steps
+		tensor.Detach(next) // the sampler owns its key across steps
 		s.key.Free()
 		s.key = next
 		catKey, xtcKey := tensor.SplitKey2(sub)

@@ -235,17 +235,6 @@ func (s *Scope) Close() {
 	}
 }
 
-// Untrack removes arrays from whatever scope holds them: the caller now
-// owns them and frees them explicitly. Long-lived state made while a scope
-// is open (a sampler's key, a cache's buffers) uses it.
-func Untrack(arrs ...*Array) {
-	for _, a := range arrs {
-		if a != nil && a.scope != nil {
-			a.scope.forget(a)
-		}
-	}
-}
-
 // Detach takes arrays out of whatever scope tracks them, so that closing
 // it leaves them alive: long-lived state made during a step (a KV cache's
 // buffers, made inside the step's scope) belongs to its owner, which frees

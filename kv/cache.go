@@ -1,0 +1,263 @@
+package kv
+
+import (
+	"fmt"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// Step is the number of token slots a cache grows by at a time, as in
+// mlx-lm: growing in whole steps amortises the copy of the old buffer, and
+// writes between growths are in-place and cost only the new tokens.
+const Step = 256
+
+// Cache is one attention layer's key/value memory. Keys and values are
+// [B, heads, T, head_dim] arrays (head dims of keys and values may differ).
+//
+// A cache owns everything it holds. The KV returned by UpdateAndFetch is a
+// set of views owned by the cache too: they stay valid until the next call
+// that changes the cache (UpdateAndFetch, SetState, Free), which frees
+// them. Freeing them earlier is allowed (it is a no-op for the cache). The
+// cache frees them itself because a live view of its buffer would force
+// the next in-place write to copy the whole buffer (copy-on-write), turning
+// an O(new tokens) decode step into O(context).
+//
+// Caches are not safe for concurrent use; one engine goroutine owns them.
+type Cache interface {
+	// UpdateAndFetch appends keys and values ([B, Hkv, n, D] and
+	// [B, Hkv, n, Dv]) and returns what attention should read.
+	UpdateAndFetch(keys, values *tensor.Array) KV
+	// Offset is the number of tokens the cache has seen (its position).
+	Offset() int
+	// MakeMask returns the attention mask for n new tokens about to be
+	// written, with mlx-lm's rules: windowSize 0 means no extra window, and
+	// returnArray asks for an explicit array instead of MaskCausal.
+	MakeMask(n, windowSize int, returnArray bool) Mask
+	// IsTrimmable reports whether Trim can drop tokens.
+	IsTrimmable() bool
+	// Trim drops up to n most recent tokens and returns how many it dropped.
+	Trim(n int) int
+	// State returns a snapshot the caller owns (and frees): views that keep
+	// their values whatever the cache does later.
+	State() State
+	// SetState replaces the cache's contents with a snapshot. The caller
+	// keeps ownership of st; the cache takes its own references.
+	SetState(st State) error
+	// Clone returns an independent cache with the same contents. It shares
+	// storage until either side writes (copy-on-write), so it is cheap.
+	Clone() Cache
+	// Bytes is the memory the cache holds, capacity included.
+	Bytes() int
+	// Free releases everything the cache holds; the cache is empty after.
+	Free()
+}
+
+// Kind names a cache type in states and saved files.
+type Kind string
+
+// Cache kinds.
+const (
+	KindKV                Kind = "KVCache"
+	KindRotating          Kind = "RotatingKVCache"
+	KindQuantized         Kind = "QuantizedKVCache"
+	KindQuantizedRotating Kind = "QuantizedRotatingKVCache"
+)
+
+// State is a cache's contents as plain values: what snapshot/restore,
+// cloning across processes and persistence move around. Arrays are the
+// live part of the buffers along the token axis: keys then values for
+// plain caches; packed keys, key scales, key biases, then the same for
+// values, for quantized ones. An empty cache has no arrays.
+type State struct {
+	Kind      Kind
+	Arrays    []*tensor.Array
+	Offset    int // tokens seen
+	Idx       int // rotating caches: the next write position
+	MaxSize   int // rotating caches: the window
+	Keep      int // rotating caches: leading tokens never evicted
+	GroupSize int // quantized caches
+	Bits      int // quantized caches
+}
+
+// Free frees the state's arrays.
+func (s State) Free() { tensor.Free(s.Arrays...) }
+
+// KV is what attention reads from a cache after an update: plain keys and
+// values, or their quantized form. Attention takes either.
+type KV struct {
+	Keys, Values *tensor.Array // plain caches
+	Quant        *QuantKV      // quantized caches (Keys and Values are nil)
+}
+
+// QuantKV holds quantized keys and values in MLX's affine format, as
+// QuantizedMatmul reads them.
+type QuantKV struct {
+	Keys, Values Packed
+	GroupSize    int
+	Bits         int
+}
+
+// Packed is one affine-quantized array: uint32 words, per-group scales
+// and biases.
+type Packed struct{ W, Scales, Biases *tensor.Array }
+
+// Len is the number of key positions attention will see.
+func (kv KV) Len() int {
+	if kv.Quant != nil {
+		return kv.Quant.Keys.W.Dim(2)
+	}
+	if kv.Keys == nil {
+		return 0
+	}
+	return kv.Keys.Dim(2)
+}
+
+func (kv KV) arrays() []*tensor.Array {
+	if kv.Quant != nil {
+		q := kv.Quant
+		return []*tensor.Array{q.Keys.W, q.Keys.Scales, q.Keys.Biases, q.Values.W, q.Values.Scales, q.Values.Biases}
+	}
+	return []*tensor.Array{kv.Keys, kv.Values}
+}
+
+// Mask is the mask a cache prescribes for the next n tokens, in the form
+// tensor.SDPAOptions takes: no mask, the built-in causal mask, or an
+// explicit bool array (true = attend) broadcastable to [B, H, n, T]. The
+// array, when present, is owned by the caller, who frees it after the
+// forward pass; one mask usually serves every layer that shares a cache
+// layout.
+type Mask struct {
+	Kind  tensor.MaskKind
+	Array *tensor.Array
+}
+
+// Options returns SDPA options with this mask and scale.
+func (m Mask) Options(scale float32) tensor.SDPAOptions {
+	return tensor.SDPAOptions{Scale: scale, MaskKind: m.Kind, Mask: m.Array}
+}
+
+// Free frees the mask array, if any.
+func (m Mask) Free() { m.Array.Free() }
+
+// causalMask is mlx-lm's create_causal_mask: n queries at positions
+// offset..offset+n-1 against keys 0..offset+n-1; query l sees key r when
+// r ≤ l and, with a window, l < r + window.
+func causalMask(be tensor.Backend, n, offset, window int) *tensor.Array {
+	t := offset + n
+	raw := make([]byte, n*t)
+	for i := range n {
+		l := offset + i
+		for r := range t {
+			if r <= l && (window <= 0 || l < r+window) {
+				raw[i*t+r] = 1
+			}
+		}
+	}
+	return tensor.FromBytesOn(be, raw, []int{n, t}, tensor.Bool, false)
+}
+
+// attentionMask is mlx-lm's create_attention_mask for caches that keep
+// every token: a window always needs an array, a single query needs no
+// mask, and otherwise the built-in causal mask does unless an array is asked for.
+func attentionMask(be tensor.Backend, n, offset, window int, returnArray bool) Mask {
+	switch {
+	case window > 0:
+		return Mask{Kind: tensor.MaskArray, Array: causalMask(be, n, offset, window)}
+	case n == 1:
+		return Mask{}
+	case returnArray:
+		return Mask{Kind: tensor.MaskArray, Array: causalMask(be, n, offset, 0)}
+	default:
+		return Mask{Kind: tensor.MaskCausal}
+	}
+}
+
+// Attention computes scaled dot-product attention of q [B, Hq, L, D]
+// against what a cache returned, so that model code does not care which
+// kind of cache a layer has: plain caches go to
+// tensor.ScaledDotProductAttention, quantized ones to quantized matmuls
+// that never dequantize the cache. o carries the scale, the mask (see
+// Mask.Options) and optional sinks (plain caches only).
+func Attention(q *tensor.Array, kv KV, o tensor.SDPAOptions) *tensor.Array {
+	if kv.Quant != nil {
+		if o.Sinks != nil {
+			panic(&tensor.Error{Op: "kv.Attention", Err: fmt.Errorf("%w: attention sinks with a quantized cache", tensor.ErrArgument)})
+		}
+		return quantizedAttention(q, kv.Quant, o)
+	}
+	return tensor.ScaledDotProductAttention(q, kv.Keys, kv.Values, o)
+}
+
+// ---- helpers shared by the cache types ----
+
+// keep detaches arrays from the caller's scope: the cache owns them.
+func keep(arrs ...*tensor.Array) { tensor.Detach(arrs...) }
+
+// scoped runs f in a scope of its own, freeing its temporaries.
+func scoped(f func()) {
+	s := tensor.NewScope()
+	defer s.Close()
+	f()
+}
+
+func throwf(op string, sentinel error, format string, args ...any) {
+	panic(&tensor.Error{Op: "kv." + op, Err: fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))})
+}
+
+func checkKV(op string, keys, values *tensor.Array) {
+	if keys.NDim() != 4 || values.NDim() != 4 {
+		throwf(op, tensor.ErrShape, "keys %v, values %v (want [B, H, T, D])", keys.Shape(), values.Shape())
+	}
+	for i := range 3 {
+		if keys.Dim(i) != values.Dim(i) {
+			throwf(op, tensor.ErrShape, "keys %v and values %v disagree", keys.Shape(), values.Shape())
+		}
+	}
+	if keys.Dim(2) == 0 {
+		throwf(op, tensor.ErrShape, "no new tokens")
+	}
+}
+
+// sliceT is a[..., lo:hi, :] along the token axis (a view where the backend can).
+func sliceT(a *tensor.Array, lo, hi int) *tensor.Array { return tensor.SliceAxis(a, 2, lo, hi) }
+
+// handle returns a new handle to all of a (a view sharing its storage).
+func handle(a *tensor.Array) *tensor.Array { return tensor.SliceAxis(a, 2, 0, a.Dim(2)) }
+
+// copyOf returns a fresh copy of a that shares no storage with it.
+func copyOf(a *tensor.Array) *tensor.Array { return tensor.Concatenate([]*tensor.Array{a}, 2) }
+
+// zerosLike returns zeros of a's shape with t token slots.
+func zerosT(be tensor.Backend, like *tensor.Array, t int) *tensor.Array {
+	s := append([]int(nil), like.Shape()...)
+	s[2] = t
+	return tensor.FullOn(be, s, 0, like.DType())
+}
+
+// writeT writes u into a[..., at:at+n, :] in place.
+func writeT(a, u *tensor.Array, at int) {
+	n := u.Dim(2)
+	a.SetSlice(u, []int{0, 0, at}, []int{a.Dim(0), a.Dim(1), at + n}, nil)
+}
+
+func bytesOf(arrs []*tensor.Array) int {
+	n := 0
+	for _, a := range arrs {
+		if a != nil && !a.Freed() {
+			n += a.NBytes()
+		}
+	}
+	return n
+}
+
+// handles returns new handles to every array (shared storage).
+func handles(arrs []*tensor.Array) []*tensor.Array {
+	if arrs == nil {
+		return nil
+	}
+	out := make([]*tensor.Array, len(arrs))
+	for i, a := range arrs {
+		out[i] = handle(a)
+	}
+	return out
+}

@@ -39,3 +39,10 @@ func (b *memBackend) Free(a *tensor.Array) {}
 func (b *memBackend) Eval(...*tensor.Array) {}
 
 func borrowed(a *tensor.Array) bool { return a.Impl().(*memImpl).borrowed }
+
+// failBackend fails every FromBytes the way a backend out of memory does.
+type failBackend struct{ memBackend }
+
+func (b *failBackend) FromBytes([]byte, []int, tensor.DType, bool) *tensor.Array {
+	panic(&tensor.Error{Op: "FromBytes", Err: tensor.ErrBackend})
+}

@@ -34,6 +34,7 @@ type Error struct {
 	Kind      error  // one of the sentinels, or an underlying I/O error
 }
 
+// Error formats as "safetensors: FILE: tensor "NAME": PROBLEM".
 func (e *Error) Error() string {
 	s := "safetensors: " + e.File
 	if e.HasTensor {

@@ -212,11 +212,15 @@ func TestUnsupportedDType(t *testing.T) {
 		t.Errorf("ok = %v", got)
 	}
 	a.Free()
-	// nil asks for the default backend; this test binary registers none,
-	// which must come back as an error, not a panic.
-	if _, err := f.Array("ok", nil, false); !errors.Is(err, tensor.ErrNoBackend) || !strings.Contains(err.Error(), `"ok"`) {
-		t.Errorf("Array with no backend = %v", err)
+	// nil asks for the default backend (the CPU one, imported by cpu_test.go).
+	d, err := f.Array("ok", nil, false)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if d.Backend() != tensor.Default() || d.Float32s()[0] != 1 {
+		t.Errorf("Array(nil backend) on %s = %v", d.Backend().Name(), d.Float32s())
+	}
+	d.Free()
 }
 
 func TestLookupErrors(t *testing.T) {
@@ -418,5 +422,73 @@ func TestRewriteWhileMapped(t *testing.T) {
 	defer g.Close()
 	if !slices.Equal(g.Names(), []string{"y"}) {
 		t.Errorf("new file has %v", g.Names())
+	}
+}
+
+func f32le(vals ...float32) []byte {
+	out := make([]byte, 0, 4*len(vals))
+	for _, v := range vals {
+		out = binary.LittleEndian.AppendUint32(out, math.Float32bits(v))
+	}
+	return out
+}
+
+// TestReferenceBytes checks Encode against the output the reference
+// implementation's own tests expect from its serializer, so files written
+// here are the files it writes.
+func TestReferenceBytes(t *testing.T) {
+	six := f32le(0, 1, 2, 3, 4, 5)
+	cases := []struct {
+		name string
+		ts   []Tensor
+		meta map[string]string
+		want []byte
+	}{
+		{"one f32", []Tensor{{Name: "attn.0", DType: tensor.Float32, Shape: []int{1, 2, 3}, Data: six}}, nil,
+			rawFile(`{"attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}}`, six)},
+		{"padding", []Tensor{{Name: "attn0", DType: tensor.Float32, Shape: []int{1, 1, 2, 3}, Data: six}}, nil,
+			rawFile(`{"attn0":{"dtype":"F32","shape":[1,1,2,3],"data_offsets":[0,24]}}       `, six)},
+		{"fp4", []Tensor{{Name: "attn.0", RawDType: "F4", Shape: []int{1, 2}, Data: []byte{0}}}, nil,
+			rawFile(`{"attn.0":{"dtype":"F4","shape":[1,2],"data_offsets":[0,1]}}    `, []byte{0})},
+		{"empty", nil, nil, rawFile("{}      ", nil)},
+		{"metadata only", nil, map[string]string{"framework": "pt"},
+			rawFile(`{"__metadata__":{"framework":"pt"}}     `, nil)},
+		{"order", []Tensor{ // by the reference's dtype order, then name
+			{Name: "a", DType: tensor.Bool, Shape: []int{1}, Data: []byte{1}},
+			{Name: "b", DType: tensor.BFloat16, Shape: []int{1}, Data: []byte{2, 3}},
+			{Name: "c", DType: tensor.Int64, Shape: []int{}, Data: make([]byte, 8)},
+			{Name: "d", DType: tensor.Float16, Shape: []int{1}, Data: []byte{4, 5}},
+		}, nil, rawFile(`{"c":{"dtype":"I64","shape":[],"data_offsets":[0,8]},"b":{"dtype":"BF16","shape":[1],"data_offsets":[8,10]},`+
+			`"d":{"dtype":"F16","shape":[1],"data_offsets":[10,12]},"a":{"dtype":"BOOL","shape":[1],"data_offsets":[12,13]}}     `,
+			[]byte{0, 0, 0, 0, 0, 0, 0, 0, 2, 3, 4, 5, 1})},
+	}
+	for _, c := range cases {
+		var buf bytes.Buffer
+		if err := Encode(&buf, c.ts, c.meta); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if !bytes.Equal(buf.Bytes(), c.want) {
+			t.Errorf("%s:\n got %q\nwant %q", c.name, buf.Bytes(), c.want)
+		}
+		if _, err := Parse(buf.Bytes()); err != nil {
+			t.Errorf("%s: own output rejected: %v", c.name, err)
+		}
+	}
+}
+
+// A backend failure while making the array is an error naming the
+// tensor, not a panic.
+func TestArrayBackendFailure(t *testing.T) {
+	f, err := Parse(rawFile(`{"x":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}`, []byte{1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := tensor.LiveArrays()
+	_, err = f.Array("x", &failBackend{}, true)
+	if !errors.Is(err, tensor.ErrBackend) || !strings.Contains(err.Error(), `tensor "x"`) {
+		t.Errorf("error = %v", err)
+	}
+	if tensor.LiveArrays() != live {
+		t.Error("failed Array leaked")
 	}
 }

@@ -38,7 +38,8 @@ type Set struct {
 // consistent: each tensor is stored exactly once, and every tensor the
 // index lists is in the shard it names. Shard paths in the index must stay
 // inside dir, so a downloaded index cannot make the loader map arbitrary
-// files.
+// files; the check is on the path as written, and symlinks are followed,
+// since the Hugging Face cache makes every shard a link into its blob store.
 func OpenDir(dir string) (*Set, error) {
 	st, err := os.Stat(dir)
 	if err != nil {

@@ -38,7 +38,7 @@ type Tensor struct {
 type source struct {
 	name  string
 	code  string
-	bits  int
+	rank  int
 	shape []int
 	size  int64
 	data  func() ([]byte, error)
@@ -46,11 +46,14 @@ type source struct {
 
 // Write writes tensors and metadata to path as a safetensors file.
 //
-// The layout is deterministic: tensors are stored by decreasing element
-// width, then by name, so that every tensor starts at a multiple of its
-// element size (the header is padded with spaces to a multiple of 8, as
-// the reference does) and can be borrowed in place when read back; the
-// header lists them in that order with increasing offsets. The file is
+// The layout is deterministic and the reference implementation's: tensors
+// are stored by decreasing element width (in its fixed order of dtypes),
+// then by name, so that with the header padded with spaces to a multiple
+// of 8 every tensor starts at a multiple of its element size and can be
+// borrowed in place when read back; the header lists them in that order,
+// offsets increasing. Output is byte-identical to the reference's for the
+// same tensors and at most one metadata entry (it orders metadata keys by
+// hash, this package by name). The file is
 // written to a temporary file in the same directory, synced and renamed
 // over path, so a crash leaves either the old file or the new one, never
 // half of one, and readers that have the old file mapped keep it intact.
@@ -90,7 +93,7 @@ func WriteArrays(path string, arrays map[string]*tensor.Array, metadata map[stri
 		}
 		shape := slices.Clone(a.Shape())
 		size := int64(a.NBytes())
-		srcs = append(srcs, source{name: name, code: code, bits: 8 * a.DType().Size(), shape: shape, size: size,
+		srcs = append(srcs, source{name: name, code: code, rank: rawDTypes[code].rank, shape: shape, size: size,
 			data: func() (b []byte, err error) {
 				err = tensor.Try(func() { b = a.Bytes() })
 				return b, err
@@ -125,7 +128,7 @@ func tensorSources(path string, tensors []Tensor) ([]source, error) {
 			return nil, tensorErr(path, t.Name, ErrFormat, "has %d bytes of data, shape %v of %s needs %d", len(t.Data), t.Shape, code, size)
 		}
 		data := t.Data
-		srcs[i] = source{name: t.Name, code: code, bits: raw.bits, shape: t.Shape, size: size,
+		srcs[i] = source{name: t.Name, code: code, rank: raw.rank, shape: t.Shape, size: size,
 			data: func() ([]byte, error) { return data, nil }}
 	}
 	return srcs, checkSources(path, srcs)
@@ -174,7 +177,7 @@ func checkSources(path string, srcs []source) error {
 // storage order.
 func buildHeader(path string, srcs []source, metadata map[string]string) ([]byte, error) {
 	slices.SortFunc(srcs, func(a, b source) int {
-		return cmp.Or(cmp.Compare(b.bits, a.bits), cmp.Compare(a.name, b.name))
+		return cmp.Or(cmp.Compare(b.rank, a.rank), cmp.Compare(a.name, b.name))
 	})
 	var buf bytes.Buffer
 	buf.WriteByte('{')

@@ -172,7 +172,48 @@ func (be *Backend) ewArgRows(a *tensor.Array, axis int, f func(p []uint64)) *ten
 // Argsort returns the int32 indices that sort a ascending along axis;
 // equal values keep their order (stable), NaN goes last.
 func (be *Backend) Argsort(a *tensor.Array, axis int) *tensor.Array {
-	return be.ewArgRows(a, axis, func(p []uint64) { slices.Sort(p) })
+	return be.ewArgRows(a, axis, func(p []uint64) {
+		if len(p) < radixMin {
+			slices.Sort(p)
+			return
+		}
+		// rows may run on several goroutines: scratch is per call
+		radixSortHigh32(p, make([]uint64, len(p)))
+	})
+}
+
+// radixMin is the row length from which argsort uses a radix sort: a
+// vocabulary-sized row (the sampler's top-p) sorts several times faster
+// than with a comparison sort.
+const radixMin = 2048
+
+// radixSortHigh32 sorts words by their upper 32 bits (the order key) with
+// a stable least-significant-digit radix sort in three 11-bit passes. The
+// words enter in index order, so equal keys keep index order (stability).
+func radixSortHigh32(p, tmp []uint64) {
+	const bits = 11
+	const buckets = 1 << bits
+	var count [buckets]int
+	src, dst := p, tmp
+	for shift := 32; shift < 64; shift += bits {
+		clear(count[:])
+		for _, v := range src {
+			count[(v>>shift)&(buckets-1)]++
+		}
+		sum := 0
+		for i, c := range count {
+			count[i] = sum
+			sum += c
+		}
+		for _, v := range src {
+			d := (v >> shift) & (buckets - 1)
+			dst[count[d]] = v
+			count[d]++
+		}
+		src, dst = dst, src
+	}
+	// three passes leave the result in tmp
+	copy(p, src)
 }
 
 // Argpartition returns int32 indices along axis such that position kth

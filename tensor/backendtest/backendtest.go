@@ -30,10 +30,10 @@ import (
 const SeedEnv = "MLXGO_TEST_SEED"
 
 // testCase is one op × dtype × shape check. run builds its inputs with the
-// C helpers (which free them afterwards) and reports through C.
+// checker helpers (which free them afterwards) and reports through it.
 type testCase struct {
 	name string
-	run  func(c *C)
+	run  func(c *checker)
 }
 
 // family groups the cases of one op family under one t.Run.
@@ -63,6 +63,7 @@ func families() []family {
 		{"sdpa", sdpaCases},
 		{"quant", quantCases},
 		{"random", randomCases},
+		{"scale", scaleCases},
 		{"errors", errorCases},
 	}
 }
@@ -79,20 +80,25 @@ func Run(t *testing.T, be tensor.Backend) {
 	tensor.SetDefault(be)
 	defer tensor.SetDefault(prev)
 
-	total, failed := 0, 0
-	for _, f := range families() {
-		cases := f.cases()
-		total += len(cases)
+	fams := families()
+	built := make([][]testCase, len(fams))
+	total, ran, failed := 0, 0, 0
+	for i, f := range fams {
+		built[i] = f.cases()
+		total += len(built[i])
+	}
+	t.Logf("running %d cases in %d families on backend %q (seed %d)", total, len(fams), be.Name(), seed)
+	for i, f := range fams {
 		t.Run(f.name, func(t *testing.T) {
-			for _, tc := range cases {
-				if !t.Run(tc.name, func(t *testing.T) { runCase(t, be, seed, f.name, tc) }) {
+			for _, tc := range built[i] {
+				if !t.Run(tc.name, func(t *testing.T) { ran++; runCase(t, be, seed, f.name, tc) }) {
 					failed++
 				}
 			}
 		})
 	}
-	t.Logf("%d cases on backend %q, %d failed (seed %d; set %s=%d to replay)",
-		total, be.Name(), failed, seed, SeedEnv, seed)
+	t.Logf("%d cases on backend %q, %d run, %d failed (seed %d; set %s=%d to replay)",
+		total, be.Name(), ran, failed, seed, SeedEnv, seed)
 }
 
 func seedFromEnv(t *testing.T) uint64 {
@@ -116,7 +122,7 @@ type reporter interface {
 func runCase(t reporter, be tensor.Backend, seed uint64, fam string, tc testCase) {
 	h := fnv.New64a()
 	h.Write([]byte(fam + "/" + tc.name))
-	c := &C{t: t, be: be, seed: seed, rng: rand.New(rand.NewPCG(seed, h.Sum64()))}
+	c := &checker{t: t, be: be, seed: seed, rng: rand.New(rand.NewPCG(seed, h.Sum64()))}
 	before := tensor.LiveArrays()
 	err := tensor.Try(func() { tc.run(c) })
 	c.freeAll()
@@ -133,10 +139,10 @@ func runCase(t reporter, be tensor.Backend, seed uint64, fam string, tc testCase
 	}
 }
 
-// C is a running case: its random source, the arrays it made (freed when
+// checker is a running case: its random source, the arrays it made (freed when
 // the case ends, so a failing op does not also report leaks of the
 // case's own inputs), and failure reporting that names the seed.
-type C struct {
+type checker struct {
 	t     reporter
 	be    tensor.Backend
 	seed  uint64
@@ -146,12 +152,12 @@ type C struct {
 
 // T tracks a, made by the case, so it is freed when the case ends; it
 // returns a for chaining.
-func (c *C) T(a *tensor.Array) *tensor.Array {
+func (c *checker) T(a *tensor.Array) *tensor.Array {
 	c.owned = append(c.owned, a)
 	return a
 }
 
-func (c *C) freeAll() {
+func (c *checker) freeAll() {
 	for i := len(c.owned) - 1; i >= 0; i-- {
 		c.owned[i].Free()
 	}
@@ -159,7 +165,7 @@ func (c *C) freeAll() {
 }
 
 // Errorf reports a failure with the seed.
-func (c *C) Errorf(format string, args ...any) {
+func (c *checker) Errorf(format string, args ...any) {
 	c.t.Helper()
 	c.t.Errorf("seed %d: %s", c.seed, fmt.Sprintf(format, args...))
 }
@@ -211,7 +217,7 @@ func (l layout) String() string {
 
 // in makes an input of shape and dt with values from g in layout lay and
 // returns it with its logical values (row-major, rounded to dt).
-func (c *C) in(shape []int, dt tensor.DType, g gen, lay layout) (*tensor.Array, []float64) {
+func (c *checker) in(shape []int, dt tensor.DType, g gen, lay layout) (*tensor.Array, []float64) {
 	n := numel(shape)
 	switch {
 	case lay == transposed && len(shape) >= 2:
@@ -269,7 +275,7 @@ func (c *C) in(shape []int, dt tensor.DType, g gen, lay layout) (*tensor.Array, 
 }
 
 // arr makes a dense array holding vals (already representable in dt).
-func (c *C) arr(vals []float64, shape []int, dt tensor.DType) *tensor.Array {
+func (c *checker) arr(vals []float64, shape []int, dt tensor.DType) *tensor.Array {
 	return c.T(tensor.FromBytesOn(c.be, encodeVals(vals, dt), shape, dt, false))
 }
 
@@ -309,7 +315,7 @@ func tolFor(dt tensor.DType, loose bool) tol {
 
 // check compares got with the reference: shape, dtype and every value.
 // NaN must match NaN and infinities must match exactly.
-func (c *C) check(what string, got *tensor.Array, shape []int, dt tensor.DType, want []float64, tl tol) bool {
+func (c *checker) check(what string, got *tensor.Array, shape []int, dt tensor.DType, want []float64, tl tol) bool {
 	c.t.Helper()
 	if got == nil {
 		c.Errorf("%s: nil result", what)
@@ -327,7 +333,7 @@ func (c *C) check(what string, got *tensor.Array, shape []int, dt tensor.DType, 
 	return c.compare(what, g, shape, want, dt.IsFloat(), tl)
 }
 
-func (c *C) compare(what string, g []float64, shape []int, want []float64, isFloat bool, tl tol) bool {
+func (c *checker) compare(what string, g []float64, shape []int, want []float64, isFloat bool, tl tol) bool {
 	c.t.Helper()
 	if len(g) != len(want) {
 		c.Errorf("%s: %d values, want %d", what, len(g), len(want))
@@ -367,7 +373,7 @@ func (c *C) compare(what string, g []float64, shape []int, want []float64, isFlo
 
 // checkErr asserts that f panics with an *tensor.Error wrapping sentinel
 // and that tensor.Try hands it back.
-func (c *C) checkErr(what string, sentinel error, f func()) {
+func (c *checker) checkErr(what string, sentinel error, f func()) {
 	c.t.Helper()
 	err := tensor.Try(f)
 	if err == nil {

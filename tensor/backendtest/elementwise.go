@@ -19,7 +19,7 @@ var (
 func creationCases() []testCase {
 	var cs []testCase
 	for _, dt := range allTypes {
-		cs = append(cs, testCase{"Full/" + dt.String(), func(c *C) {
+		cs = append(cs, testCase{"Full/" + dt.String(), func(c *checker) {
 			v := 3.0
 			if dt == tensor.Bool {
 				v = 1
@@ -41,30 +41,30 @@ func creationCases() []testCase {
 		}})
 	}
 	cs = append(cs,
-		testCase{"Full/rounding", func(c *C) {
+		testCase{"Full/rounding", func(c *checker) {
 			a := c.T(tensor.Full([]int{3}, 1.0/3, tensor.BFloat16))
 			w := roundTo(1.0/3, tensor.BFloat16)
 			c.check("Full bf16", a, []int{3}, tensor.BFloat16, []float64{w, w, w}, tol{})
 			b := c.T(tensor.Full([]int{2}, -2.7, tensor.Int32))
 			c.check("Full int32 truncates", b, []int{2}, tensor.Int32, []float64{-2, -2}, tol{})
 		}},
-		testCase{"Arange/float32", func(c *C) {
+		testCase{"Arange/float32", func(c *checker) {
 			a := c.T(tensor.Arange(0, 3, 0.5, tensor.Float32))
 			c.check("Arange", a, []int{6}, tensor.Float32, []float64{0, 0.5, 1, 1.5, 2, 2.5}, tol{})
 		}},
-		testCase{"Arange/int32", func(c *C) {
+		testCase{"Arange/int32", func(c *checker) {
 			a := c.T(tensor.Arange(2, 9, 3, tensor.Int32))
 			c.check("Arange", a, []int{3}, tensor.Int32, []float64{2, 5, 8}, tol{})
 		}},
-		testCase{"Arange/negative-step", func(c *C) {
+		testCase{"Arange/negative-step", func(c *checker) {
 			a := c.T(tensor.Arange(5, 0, -2, tensor.Int64))
 			c.check("Arange", a, []int{3}, tensor.Int64, []float64{5, 3, 1}, tol{})
 		}},
-		testCase{"Arange/empty", func(c *C) {
+		testCase{"Arange/empty", func(c *checker) {
 			a := c.T(tensor.Arange(3, 1, 1, tensor.Float32))
 			c.check("Arange", a, []int{0}, tensor.Float32, nil, tol{})
 		}},
-		testCase{"Arange/bfloat16", func(c *C) {
+		testCase{"Arange/bfloat16", func(c *checker) {
 			a := c.T(tensor.Arange(0, 300, 37, tensor.BFloat16))
 			var want []float64
 			for v := 0.0; v < 300; v += 37 {
@@ -72,7 +72,7 @@ func creationCases() []testCase {
 			}
 			c.check("Arange", a, []int{len(want)}, tensor.BFloat16, want, tol{})
 		}},
-		testCase{"FromFloat32", func(c *C) {
+		testCase{"FromFloat32", func(c *checker) {
 			data := []float32{1, -2.5, 1.0 / 3, 65504, 1e-3, float32(math.Inf(-1))}
 			for _, dt := range floatTypes {
 				a := c.T(tensor.FromFloat32(data, []int{2, 3}, dt))
@@ -89,7 +89,7 @@ func creationCases() []testCase {
 				}
 			}
 		}},
-		testCase{"FromInts", func(c *C) {
+		testCase{"FromInts", func(c *checker) {
 			data := []int{0, 1, 7, 100, 255, 3}
 			for _, dt := range []tensor.DType{tensor.Uint8, tensor.Int32, tensor.Uint32, tensor.Int64, tensor.Float32} {
 				a := c.T(tensor.FromInts(data, []int{3, 2}, dt))
@@ -102,7 +102,7 @@ func creationCases() []testCase {
 			n := c.T(tensor.FromInts([]int{-5, 1 << 40, -(1 << 40)}, nil, tensor.Int64))
 			c.check("FromInts int64", n, []int{3}, tensor.Int64, []float64{-5, 1 << 40, -(1 << 40)}, tol{})
 		}},
-		testCase{"FromBools", func(c *C) {
+		testCase{"FromBools", func(c *checker) {
 			a := c.T(tensor.FromBools([]bool{true, false, true, true}, []int{2, 2}))
 			c.check("FromBools", a, []int{2, 2}, tensor.Bool, []float64{1, 0, 1, 1}, tol{})
 			b := a.Bools()
@@ -110,7 +110,7 @@ func creationCases() []testCase {
 				c.Errorf("Bools = %v", b)
 			}
 		}},
-		testCase{"Bytes/layout", func(c *C) {
+		testCase{"Bytes/layout", func(c *checker) {
 			// Bytes must return row-major little-endian bytes for views too.
 			a, av := c.in([]int{3, 4}, tensor.Int32, ints(-1000, 1000), transposed)
 			raw := a.Bytes()
@@ -130,7 +130,63 @@ func creationCases() []testCase {
 				c.Errorf("uint32 Bytes = %x", ub)
 			}
 		}},
-		testCase{"FromBytes/noCopy", func(c *C) {
+		testCase{"Eval+AsyncEval", func(c *checker) {
+			// lazy backends compute here; eager ones must accept the calls
+			a, av := c.in([]int{3, 4}, tensor.Float32, uni(-1, 1), transposed)
+			b := c.T(tensor.Exp(a))
+			d := c.T(tensor.Add(b, a))
+			tensor.AsyncEval(d)
+			tensor.Eval(b, d, nil)
+			want := make([]float64, len(av))
+			for i, x := range av {
+				want[i] = math.Exp(x) + x
+			}
+			c.check("Exp(a)+a after Eval", d, []int{3, 4}, tensor.Float32, want, tolFor(tensor.Float32, true))
+		}},
+		testCase{"FromFloat64+FromInt32+Like+Item", func(c *checker) {
+			f := c.T(tensor.FromFloat64([]float64{0.1, -2}, nil, tensor.BFloat16))
+			c.check("FromFloat64", f, []int{2}, tensor.BFloat16, []float64{roundTo(0.1, tensor.BFloat16), -2}, tol{})
+			i := c.T(tensor.FromInt32([]int32{-7, 1 << 30}, []int{2, 1}))
+			c.check("FromInt32", i, []int{2, 1}, tensor.Int32, []float64{-7, 1 << 30}, tol{})
+			if got := i.Int32s(); got[0] != -7 || got[1] != 1<<30 {
+				c.Errorf("Int32s = %v", got)
+			}
+			z := c.T(tensor.ZerosLike(i))
+			c.check("ZerosLike", z, []int{2, 1}, tensor.Int32, []float64{0, 0}, tol{})
+			fl := c.T(tensor.FullLike(f, 3.5))
+			c.check("FullLike", fl, []int{2}, tensor.BFloat16, []float64{3.5, 3.5}, tol{})
+			s := c.T(tensor.Scalar(-4.25, tensor.Float32))
+			if s.Item() != -4.25 || s.ItemInt() != -4 {
+				c.Errorf("Item = %v, ItemInt = %v; want -4.25, -4", s.Item(), s.ItemInt())
+			}
+			k := c.T(tensor.Key(0x0123456789abcdef))
+			c.check("Key", k, []int{2}, tensor.Uint32, []float64{0x01234567, 0x89abcdef}, tol{})
+			if tensor.PackedDim(64, 3) != 6 {
+				c.Errorf("PackedDim(64, 3) = %d", tensor.PackedDim(64, 3))
+			}
+		}},
+		testCase{"Scope", func(c *checker) {
+			// a scope frees through the backend everything made in it but what it keeps
+			before := tensor.LiveArrays()
+			var kept *tensor.Array
+			func() {
+				s := tensor.NewScope()
+				defer s.Close()
+				a := tensor.Full([]int{3}, 2, tensor.Float32)
+				b := tensor.Exp(a)
+				kept = s.Keep(tensor.Add(a, b))
+				if s.Len() != 2 {
+					c.Errorf("scope holds %d arrays, want 2", s.Len())
+				}
+			}()
+			c.T(kept)
+			if n := tensor.LiveArrays() - before; n != 1 {
+				c.Errorf("after Close %d arrays are live, want the kept one", n)
+			}
+			e := math.Exp(2) + 2
+			c.check("kept array", kept, []int{3}, tensor.Float32, []float64{e, e, e}, tolFor(tensor.Float32, true))
+		}},
+		testCase{"FromBytes/noCopy", func(c *checker) {
 			raw := encodeVals([]float64{1, 2, 3, 4}, tensor.Float32)
 			a := c.T(tensor.FromBytesOn(c.be, raw, []int{4}, tensor.Float32, true))
 			c.check("FromBytes noCopy", a, []int{4}, tensor.Float32, []float64{1, 2, 3, 4}, tol{})
@@ -199,7 +255,7 @@ func unaryCases() []testCase {
 			if dt == tensor.Float32 {
 				lay = transposed
 			}
-			cs = append(cs, testCase{fmt.Sprintf("%s/%s/%v/%s", sp.name, dt, shape, lay), func(c *C) {
+			cs = append(cs, testCase{fmt.Sprintf("%s/%s/%v/%s", sp.name, dt, shape, lay), func(c *checker) {
 				a, av := c.in(shape, dt, sp.g, lay)
 				want := make([]float64, len(av))
 				for i, x := range av {
@@ -209,7 +265,7 @@ func unaryCases() []testCase {
 			}})
 		}
 		// a strided view and an empty array, float32
-		cs = append(cs, testCase{sp.name + "/float32/step+empty", func(c *C) {
+		cs = append(cs, testCase{sp.name + "/float32/step+empty", func(c *checker) {
 			a, av := c.in([]int{2, 3, 5}, tensor.Float32, sp.g, strided)
 			want := make([]float64, len(av))
 			for i, x := range av {
@@ -220,7 +276,7 @@ func unaryCases() []testCase {
 			c.check(sp.name+" empty", c.T(sp.f(e)), []int{2, 0}, tensor.Float32, nil, tol{})
 		}})
 		if sp.ints {
-			cs = append(cs, testCase{sp.name + "/int32", func(c *C) {
+			cs = append(cs, testCase{sp.name + "/int32", func(c *checker) {
 				g := ints(-50, 50)
 				a, av := c.in([]int{4, 5}, tensor.Int32, g, dense)
 				want := make([]float64, len(av))
@@ -231,7 +287,7 @@ func unaryCases() []testCase {
 			}})
 		} else {
 			// integer input is computed in float32
-			cs = append(cs, testCase{sp.name + "/int32→float32", func(c *C) {
+			cs = append(cs, testCase{sp.name + "/int32→float32", func(c *checker) {
 				vals := []float64{1, 2, 3, 4}
 				a := c.arr(vals, []int{4}, tensor.Int32)
 				want := make([]float64, 4)
@@ -245,7 +301,7 @@ func unaryCases() []testCase {
 	inf, nan := math.Inf(1), math.NaN()
 	special := []float64{0, -1.5, inf, -inf, nan, 3, nan, -0.0}
 	for _, dt := range floatTypes {
-		cs = append(cs, testCase{"IsNaN+IsInf/" + dt.String(), func(c *C) {
+		cs = append(cs, testCase{"IsNaN+IsInf/" + dt.String(), func(c *checker) {
 			a := c.arr(special, []int{2, 4}, dt)
 			wn := make([]float64, len(special))
 			wi := make([]float64, len(special))
@@ -262,11 +318,11 @@ func unaryCases() []testCase {
 		}})
 	}
 	cs = append(cs,
-		testCase{"IsNaN/int32", func(c *C) {
+		testCase{"IsNaN/int32", func(c *checker) {
 			a := c.arr([]float64{1, 2}, []int{2}, tensor.Int32)
 			c.check("IsNaN", c.T(tensor.IsNaN(a)), []int{2}, tensor.Bool, []float64{0, 0}, tol{})
 		}},
-		testCase{"special-values/float32", func(c *C) {
+		testCase{"special-values/float32", func(c *checker) {
 			a := c.arr([]float64{inf, -inf, 0, nan}, []int{4}, tensor.Float32)
 			c.check("Exp", c.T(tensor.Exp(a)), []int{4}, tensor.Float32, []float64{inf, 0, 1, nan}, tol{})
 			c.check("Sigmoid", c.T(tensor.Sigmoid(a)), []int{4}, tensor.Float32, []float64{1, 0, 0.5, nan}, tol{1e-6, 1e-7})
@@ -278,7 +334,7 @@ func unaryCases() []testCase {
 		}},
 	)
 	for _, dt := range []tensor.DType{tensor.Bool, tensor.Float32, tensor.Int32} {
-		cs = append(cs, testCase{"LogicalNot/" + dt.String(), func(c *C) {
+		cs = append(cs, testCase{"LogicalNot/" + dt.String(), func(c *checker) {
 			g := pick(0, 1, 2, -3)
 			if dt == tensor.Bool {
 				g = pick(0, 1)
@@ -457,7 +513,7 @@ func binaryCases() []testCase {
 				pairs = append(pairs, shapePair{[]int{3, 5}, []int{5}, transposed, dense})
 			}
 			for _, p := range pairs {
-				cs = append(cs, testCase{fmt.Sprintf("%s/%s/%s", sp.name, dt, p), func(c *C) {
+				cs = append(cs, testCase{fmt.Sprintf("%s/%s/%s", sp.name, dt, p), func(c *checker) {
 					ga, gb := sp.ga, sp.gb
 					if !dt.IsFloat() && dt != tensor.Bool {
 						ga, gb = intGen(dt, sp.name == "Mul"), intGen(dt, sp.name == "Mul")
@@ -515,7 +571,7 @@ func binaryCases() []testCase {
 				if sp.name == "Mul" && dt == tensor.BFloat16 {
 					continue
 				}
-				cs = append(cs, testCase{fmt.Sprintf("broadcast/%s/%s/%s", sp.name, dt, p), func(c *C) {
+				cs = append(cs, testCase{fmt.Sprintf("broadcast/%s/%s/%s", sp.name, dt, p), func(c *checker) {
 					a, av := c.in(p.a, dt, smallFloat, p.la)
 					b, bv := c.in(p.b, dt, smallFloat, p.lb)
 					want, shape := binaryRef(sp, av, p.a, bv, p.b, dt)
@@ -526,7 +582,7 @@ func binaryCases() []testCase {
 	}
 	// sign rules of Remainder and FloorDivide
 	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16, tensor.Int32, tensor.Int64, tensor.Uint32} {
-		cs = append(cs, testCase{"Remainder+FloorDivide/" + dt.String(), func(c *C) {
+		cs = append(cs, testCase{"Remainder+FloorDivide/" + dt.String(), func(c *checker) {
 			const n = 48
 			av, bv := make([]float64, n), make([]float64, n)
 			for i := range av {
@@ -572,7 +628,7 @@ func binaryCases() []testCase {
 	}
 	// NaN propagation of Maximum and Minimum
 	for _, dt := range floatOnly {
-		cs = append(cs, testCase{"Maximum+Minimum/NaN/" + dt.String(), func(c *C) {
+		cs = append(cs, testCase{"Maximum+Minimum/NaN/" + dt.String(), func(c *checker) {
 			nan := math.NaN()
 			av := []float64{nan, 1, nan, -2, 3, math.Inf(-1)}
 			bv := []float64{1, nan, nan, -3, math.Inf(1), 0}
@@ -590,7 +646,7 @@ func binaryCases() []testCase {
 	}
 	// shifts
 	for _, dt := range bitTypes {
-		cs = append(cs, testCase{"LeftShift+RightShift/" + dt.String(), func(c *C) {
+		cs = append(cs, testCase{"LeftShift+RightShift/" + dt.String(), func(c *checker) {
 			var ga gen
 			switch dt {
 			case tensor.Uint8:
@@ -614,17 +670,17 @@ func binaryCases() []testCase {
 		}})
 	}
 	cs = append(cs,
-		testCase{"promotion/int32+float32", func(c *C) {
+		testCase{"promotion/int32+float32", func(c *checker) {
 			a := c.arr([]float64{1, 2, 3}, []int{3}, tensor.Int32)
 			b := c.arr([]float64{0.5, 0.25, -1}, []int{3}, tensor.Float32)
 			c.check("Add", c.T(tensor.Add(a, b)), []int{3}, tensor.Float32, []float64{1.5, 2.25, 2}, tol{})
 		}},
-		testCase{"promotion/bfloat16+float16", func(c *C) {
+		testCase{"promotion/bfloat16+float16", func(c *checker) {
 			a := c.arr([]float64{1, 2, 3}, []int{3}, tensor.BFloat16)
 			b := c.arr([]float64{0.5, 0.25, -1}, []int{3}, tensor.Float16)
 			c.check("Mul", c.T(tensor.Mul(a, b)), []int{3}, tensor.Float32, []float64{0.5, 0.5, -3}, tol{})
 		}},
-		testCase{"promotion/uint32+int32", func(c *C) {
+		testCase{"promotion/uint32+int32", func(c *checker) {
 			a := c.arr([]float64{4000000000, 2}, []int{2}, tensor.Uint32)
 			b := c.arr([]float64{-1, -5}, []int{2}, tensor.Int32)
 			c.check("Add", c.T(tensor.Add(a, b)), []int{2}, tensor.Int64, []float64{3999999999, -3}, tol{})
@@ -656,7 +712,7 @@ func scalarCases() []testCase {
 	for _, sp := range scalarSpecs {
 		for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16, tensor.Int32} {
 			for _, v := range []float64{2, 0.5} {
-				cs = append(cs, testCase{fmt.Sprintf("%s/%s/%g", sp.name, dt, v), func(c *C) {
+				cs = append(cs, testCase{fmt.Sprintf("%s/%s/%g", sp.name, dt, v), func(c *checker) {
 					g := uni(0.1, 4)
 					if dt == tensor.Int32 {
 						g = ints(1, 9)
@@ -694,7 +750,7 @@ func whereCases() []testCase {
 	}
 	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16, tensor.Int32, tensor.Bool} {
 		for si, s := range shapes {
-			cs = append(cs, testCase{fmt.Sprintf("Where/%s/%v,%v,%v", dt, s.c, s.a, s.b), func(c *C) {
+			cs = append(cs, testCase{fmt.Sprintf("Where/%s/%v,%v,%v", dt, s.c, s.a, s.b), func(c *checker) {
 				g := smallFloat
 				if dt == tensor.Int32 {
 					g = ints(-100, 100)
@@ -723,13 +779,13 @@ func whereCases() []testCase {
 		}
 	}
 	cs = append(cs,
-		testCase{"Where/float-cond", func(c *C) {
+		testCase{"Where/float-cond", func(c *checker) {
 			cond := c.arr([]float64{0, 2, -1, 0}, []int{4}, tensor.Float32)
 			a := c.arr([]float64{1, 2, 3, 4}, []int{4}, tensor.Float32)
 			b := c.arr([]float64{-1, -2, -3, -4}, []int{4}, tensor.Float32)
 			c.check("Where", c.T(tensor.Where(cond, a, b)), []int{4}, tensor.Float32, []float64{-1, 2, 3, -4}, tol{})
 		}},
-		testCase{"WhereScalar", func(c *C) {
+		testCase{"WhereScalar", func(c *checker) {
 			cond, cv := c.in([]int{4, 5}, tensor.Bool, pick(0, 1), dense)
 			a, av := c.in([]int{4, 5}, tensor.BFloat16, smallFloat, transposed)
 			want := make([]float64, 20)
@@ -751,7 +807,7 @@ func asTypeCases() []testCase {
 	var cs []testCase
 	for _, src := range allTypes {
 		for _, dst := range allTypes {
-			cs = append(cs, testCase{fmt.Sprintf("%s→%s", src, dst), func(c *C) {
+			cs = append(cs, testCase{fmt.Sprintf("%s→%s", src, dst), func(c *checker) {
 				// values both types can hold (negative only where both are signed)
 				signed := src.IsSigned() && dst.IsSigned()
 				var g gen
@@ -791,7 +847,7 @@ func asTypeCases() []testCase {
 		}
 	}
 	cs = append(cs,
-		testCase{"float32→bfloat16/round-to-even", func(c *C) {
+		testCase{"float32→bfloat16/round-to-even", func(c *checker) {
 			// 1 + 2^-8 is halfway between two bfloat16s: ties go to even (1).
 			in := []float64{1 + 1.0/256, 1 + 3.0/256, -(1 + 1.0/256), 1 + 1.0/256 + 1.0/65536, 1e-40, 3.4e38}
 			a := c.arr(in, []int{len(in)}, tensor.Float32)
@@ -801,7 +857,7 @@ func asTypeCases() []testCase {
 			}
 			c.check("AsType", c.T(tensor.AsType(a, tensor.BFloat16)), []int{len(in)}, tensor.BFloat16, want, tol{})
 		}},
-		testCase{"float32→float16/overflow+subnormal", func(c *C) {
+		testCase{"float32→float16/overflow+subnormal", func(c *checker) {
 			in := []float64{70000, -70000, 6e-8, 1e-5, 65504, math.NaN()}
 			a := c.arr(in, []int{len(in)}, tensor.Float32)
 			want := make([]float64, len(in))
@@ -810,7 +866,7 @@ func asTypeCases() []testCase {
 			}
 			c.check("AsType", c.T(tensor.AsType(a, tensor.Float16)), []int{len(in)}, tensor.Float16, want, tol{})
 		}},
-		testCase{"int64→int32/wrap-free-range", func(c *C) {
+		testCase{"int64→int32/wrap-free-range", func(c *checker) {
 			in := []float64{math.MaxInt32, math.MinInt32, 0, -1}
 			a := c.arr(in, []int{4}, tensor.Int64)
 			c.check("AsType", c.T(tensor.AsType(a, tensor.Int32)), []int{4}, tensor.Int32, in, tol{})

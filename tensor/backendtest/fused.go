@@ -15,7 +15,7 @@ func normCases() []testCase {
 		for _, withW := range []bool{true, false} {
 			for _, lay := range []layout{dense, transposed} {
 				shape := []int{2, 3, 64}
-				cs = append(cs, testCase{fmt.Sprintf("RMSNorm/%s/weight=%v/%s", dt, withW, lay), func(c *C) {
+				cs = append(cs, testCase{fmt.Sprintf("RMSNorm/%s/weight=%v/%s", dt, withW, lay), func(c *checker) {
 					x, xv := c.in(shape, dt, uni(-3, 3), lay)
 					var w *tensor.Array
 					wv := make([]float64, 64)
@@ -45,7 +45,7 @@ func normCases() []testCase {
 		}
 		for _, params := range []string{"w+b", "w", "none"} {
 			shape := []int{4, 48}
-			cs = append(cs, testCase{fmt.Sprintf("LayerNorm/%s/%s", dt, params), func(c *C) {
+			cs = append(cs, testCase{fmt.Sprintf("LayerNorm/%s/%s", dt, params), func(c *checker) {
 				x, xv := c.in(shape, dt, uni(-3, 5), transposed)
 				var w, b *tensor.Array
 				wv, bv := make([]float64, 48), make([]float64, 48)
@@ -82,7 +82,7 @@ func normCases() []testCase {
 			}})
 		}
 	}
-	cs = append(cs, testCase{"RMSNorm/large-row", func(c *C) {
+	cs = append(cs, testCase{"RMSNorm/large-row", func(c *checker) {
 		shape := []int{2, 4096}
 		x, xv := c.in(shape, tensor.Float32, uni(-100, 100), dense)
 		want := make([]float64, len(xv))
@@ -186,7 +186,7 @@ func ropeRef(xv []float64, shape []int, rc ropeCase, freqs []float64) (out, mag 
 
 // checkRoPE allows the float32 angle error at positions up to ~100 and,
 // for 16-bit inputs, cos and sin rounded to the dtype.
-func (c *C) checkRoPE(got *tensor.Array, shape []int, dt tensor.DType, want, mag []float64) {
+func (c *checker) checkRoPE(got *tensor.Array, shape []int, dt tensor.DType, want, mag []float64) {
 	c.t.Helper()
 	u := unitRoundoff(dt)
 	k := 3 * u
@@ -213,7 +213,7 @@ func ropeCases() []testCase {
 	}
 	for _, rc := range list {
 		for _, dt := range floatTypes {
-			cs = append(cs, testCase{fmt.Sprintf("%s/%s", dt, rc), func(c *C) {
+			cs = append(cs, testCase{fmt.Sprintf("%s/%s", dt, rc), func(c *checker) {
 				x, xv := c.in(rc.shape, dt, uni(-2, 2), dense)
 				o := tensor.RoPEOptions{Dims: rc.dims, Traditional: rc.traditional, Base: rc.base, Scale: rc.scale, Offset: rc.offset}
 				var fv []float64
@@ -235,14 +235,14 @@ func ropeCases() []testCase {
 		}
 	}
 	cs = append(cs,
-		testCase{"float32/scalar-OffsetArr", func(c *C) {
+		testCase{"float32/scalar-OffsetArr", func(c *checker) {
 			rc := ropeCase{[]int{2, 2, 3, 8}, 8, false, 10000, 1, 0, []int{6}, false}
 			x, xv := c.in(rc.shape, tensor.Float32, uni(-2, 2), dense)
 			off := c.arr([]float64{6}, []int{}, tensor.Int32)
 			want, mag := ropeRef(xv, rc.shape, rc, nil)
 			c.checkRoPE(c.T(tensor.RoPE(x, tensor.RoPEOptions{Dims: 8, Base: 10000, Scale: 1, OffsetArr: off})), rc.shape, tensor.Float32, want, mag)
 		}},
-		testCase{"float32/transposed-input", func(c *C) {
+		testCase{"float32/transposed-input", func(c *checker) {
 			// [B, T, H, D] viewed as [B, H, T, D], as attention layers do
 			rc := ropeCase{[]int{1, 3, 5, 16}, 16, false, 10000, 1, 2, nil, false}
 			base, bv := c.in([]int{1, 5, 3, 16}, tensor.Float32, uni(-2, 2), dense)
@@ -353,8 +353,14 @@ func sdpaCases() []testCase {
 	}
 	for _, s := range list {
 		for _, dt := range floatTypes {
-			cs = append(cs, testCase{fmt.Sprintf("%s/%s", dt, s), func(c *C) {
+			cs = append(cs, testCase{fmt.Sprintf("%s/%s", dt, s), func(c *checker) {
 				q, qv := c.in([]int{s.b, s.hq, s.tq, s.d}, dt, uni(-1, 1), dense)
+				if dt == tensor.Float16 {
+					// q as a [B, T, H, D] buffer viewed as [B, H, T, D]
+					qb, qbv := c.in([]int{s.b, s.tq, s.hq, s.d}, dt, uni(-1, 1), dense)
+					q = c.T(tensor.SwapAxes(qb, 1, 2))
+					qv = transposeRef(qbv, []int{s.b, s.tq, s.hq, s.d}, []int{0, 2, 1, 3})
+				}
 				// k arrives as a transposed view ([B, T, H, D] stored), as in the layers
 				kb, kbv := c.in([]int{s.b, s.tk, s.hkv, s.d}, dt, uni(-1, 1), dense)
 				k := c.T(tensor.SwapAxes(kb, 1, 2))

@@ -76,7 +76,7 @@ func layoutCases() []testCase {
 	}
 	for _, s := range slicesList {
 		for _, lay := range []layout{dense, transposed} {
-			cs = append(cs, testCase{fmt.Sprintf("Slice/%v%s/[%v:%v:%v]", s.shape, lay, s.start, s.stop, s.step), func(c *C) {
+			cs = append(cs, testCase{fmt.Sprintf("Slice/%v%s/[%v:%v:%v]", s.shape, lay, s.start, s.stop, s.step), func(c *checker) {
 				a, av := c.in(s.shape, tensor.Float32, uni(-5, 5), lay)
 				want, shape := sliceRef(av, s.shape, s.start, s.stop, s.step)
 				v := c.T(tensor.Slice(a, s.start, s.stop, s.step))
@@ -95,7 +95,7 @@ func layoutCases() []testCase {
 		}
 	}
 	cs = append(cs,
-		testCase{"SliceAxis+Split", func(c *C) {
+		testCase{"SliceAxis+Split", func(c *checker) {
 			a, av := c.in([]int{3, 7, 2}, tensor.BFloat16, uni(-5, 5), dense)
 			want, shape := sliceRef(av, []int{3, 7, 2}, []int{0, 2, 0}, []int{3, 5, 2}, nil)
 			c.check("SliceAxis", c.T(tensor.SliceAxis(a, 1, 2, 5)), shape, tensor.BFloat16, want, tol{})
@@ -125,7 +125,7 @@ func layoutCases() []testCase {
 	}
 	for _, u := range upds {
 		for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16, tensor.Int32} {
-			cs = append(cs, testCase{fmt.Sprintf("SliceUpdate+SetSlice/%s/%v[%v:%v:%v]=%v", dt, u.shape, u.start, u.stop, u.step, u.ushape), func(c *C) {
+			cs = append(cs, testCase{fmt.Sprintf("SliceUpdate+SetSlice/%s/%v[%v:%v:%v]=%v", dt, u.shape, u.start, u.stop, u.step, u.ushape), func(c *checker) {
 				a, av := c.in(u.shape, dt, ints(-50, 50), dense)
 				up, uv := c.in(u.ushape, dt, ints(100, 200), transposed)
 				_, region := sliceRef(av, u.shape, u.start, u.stop, u.step)
@@ -159,7 +159,7 @@ func layoutCases() []testCase {
 		}
 	}
 	cs = append(cs,
-		testCase{"SetSlice/on-a-view", func(c *C) {
+		testCase{"SetSlice/on-a-view", func(c *checker) {
 			base, bv := c.in([]int{4, 6}, tensor.Float32, uni(-5, 5), dense)
 			v := c.T(tensor.SliceAxis(base, 1, 1, 5)) // [4, 4] view
 			vv, _ := sliceRef(bv, []int{4, 6}, []int{0, 1}, []int{4, 5}, nil)
@@ -171,7 +171,7 @@ func layoutCases() []testCase {
 			c.check("SetSlice on view", v, []int{4, 4}, tensor.Float32, vv, tol{})
 			c.check("base of the view is untouched", base, []int{4, 6}, tensor.Float32, bv, tol{})
 		}},
-		testCase{"SetSlice/repeated-kv-write", func(c *C) {
+		testCase{"SetSlice/repeated-kv-write", func(c *checker) {
 			// the KV-cache pattern: write one step at a time, reading views in between
 			cache := c.T(tensor.Zeros([]int{1, 2, 8, 4}, tensor.BFloat16))
 			want := make([]float64, 64)
@@ -194,7 +194,7 @@ func layoutCases() []testCase {
 	// reshape and friends, on contiguous and non-contiguous inputs
 	for _, lay := range []layout{dense, transposed, strided, broadcast} {
 		for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16, tensor.Int64, tensor.Bool} {
-			cs = append(cs, testCase{fmt.Sprintf("Reshape+Transpose+Squeeze/%s/%s", dt, lay), func(c *C) {
+			cs = append(cs, testCase{fmt.Sprintf("Reshape+Transpose+Squeeze/%s/%s", dt, lay), func(c *checker) {
 				shape := []int{2, 3, 4}
 				g := ints(-1000, 1000)
 				if dt == tensor.Bool {
@@ -222,7 +222,7 @@ func layoutCases() []testCase {
 		}
 	}
 	cs = append(cs,
-		testCase{"BroadcastTo+Contiguous", func(c *C) {
+		testCase{"BroadcastTo+Contiguous", func(c *checker) {
 			a, av := c.in([]int{3, 1}, tensor.Float32, uni(-5, 5), dense)
 			b := c.T(tensor.BroadcastTo(a, 2, 3, 4))
 			want := expand(av, []int{3, 1}, []int{2, 3, 4})
@@ -232,7 +232,7 @@ func layoutCases() []testCase {
 			c.check("BroadcastTo from scalar", c.T(tensor.BroadcastTo(s, 2, 2)), []int{2, 2}, tensor.Float32, []float64{7, 7, 7, 7}, tol{})
 			c.check("BroadcastTo empty", c.T(tensor.BroadcastTo(a, 0, 3, 5)), []int{0, 3, 5}, tensor.Float32, nil, tol{})
 		}},
-		testCase{"Reshape/empty", func(c *C) {
+		testCase{"Reshape/empty", func(c *checker) {
 			a := c.T(tensor.Zeros([]int{0, 4}, tensor.Float32))
 			c.check("Reshape", c.T(tensor.Reshape(a, 2, 0, 3)), []int{2, 0, 3}, tensor.Float32, nil, tol{})
 		}},
@@ -250,7 +250,7 @@ func layoutCases() []testCase {
 	}
 	for _, ct := range cats {
 		for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16, tensor.Int32} {
-			cs = append(cs, testCase{fmt.Sprintf("Concatenate/%s/%v/axis%d", dt, ct.shapes, ct.axis), func(c *C) {
+			cs = append(cs, testCase{fmt.Sprintf("Concatenate/%s/%v/axis%d", dt, ct.shapes, ct.axis), func(c *checker) {
 				var arrs []*tensor.Array
 				var vs [][]float64
 				for i, s := range ct.shapes {
@@ -283,13 +283,13 @@ func layoutCases() []testCase {
 			}})
 		}
 	}
-	cs = append(cs, testCase{"Concatenate/promotes", func(c *C) {
+	cs = append(cs, testCase{"Concatenate/promotes", func(c *checker) {
 		a := c.arr([]float64{1, 2}, []int{2}, tensor.Int32)
 		b := c.arr([]float64{0.5}, []int{1}, tensor.Float32)
 		c.check("Concatenate", c.T(tensor.Concatenate([]*tensor.Array{a, b}, 0)), []int{3}, tensor.Float32, []float64{1, 2, 0.5}, tol{})
 	}})
 	for _, axis := range []int{0, 1, -1, 2} {
-		cs = append(cs, testCase{fmt.Sprintf("Stack/axis%d", axis), func(c *C) {
+		cs = append(cs, testCase{fmt.Sprintf("Stack/axis%d", axis), func(c *checker) {
 			shape := []int{2, 3}
 			var arrs []*tensor.Array
 			var vs [][]float64

@@ -10,7 +10,7 @@ import (
 
 // checkScaled compares float results with a per-element bound
 // rtol·|want| + k·scale[i], the error model of sums: scale is Σ|terms|.
-func (c *C) checkScaled(what string, got *tensor.Array, shape []int, dt tensor.DType, want, scale []float64, rtol, k float64) bool {
+func (c *checker) checkScaled(what string, got *tensor.Array, shape []int, dt tensor.DType, want, scale []float64, rtol, k float64) bool {
 	c.t.Helper()
 	if !equalInts(got.Shape(), shape) {
 		c.Errorf("%s: shape %v, want %v", what, got.Shape(), shape)
@@ -24,7 +24,7 @@ func (c *C) checkScaled(what string, got *tensor.Array, shape []int, dt tensor.D
 	bad := 0
 	var lines []string
 	for i := range want {
-		lim := rtol*abs(want[i]) + k*scale[i] + 1e-30
+		lim := rtol*abs(want[i]) + k*scale[i] + subnormalStep(dt)
 		if d := abs(g[i] - want[i]); !(d <= lim) {
 			bad++
 			if len(lines) < 6 {
@@ -37,6 +37,15 @@ func (c *C) checkScaled(what string, got *tensor.Array, shape []int, dt tensor.D
 		return false
 	}
 	return true
+}
+
+// subnormalStep is the spacing of dt's smallest values, below which
+// rounding error is absolute rather than relative.
+func subnormalStep(dt tensor.DType) float64 {
+	if dt == tensor.Float16 {
+		return 1.0 / (1 << 24)
+	}
+	return 1e-37
 }
 
 // matmulTol returns the rtol and sum-scale factor for a product with inner
@@ -82,7 +91,7 @@ func matmulCases() []testCase {
 			dts = floatTypes
 		}
 		for _, dt := range dts {
-			cs = append(cs, testCase{fmt.Sprintf("%s/%v%s@%v%s", dt, m.as, m.la, m.bs, m.lb), func(c *C) {
+			cs = append(cs, testCase{fmt.Sprintf("%s/%v%s@%v%s", dt, m.as, m.la, m.bs, m.lb), func(c *checker) {
 				a, av := c.in(m.as, dt, uni(-1, 1), m.la)
 				b, bv := c.in(m.bs, dt, uni(-1, 1), m.lb)
 				// the reference promotes 1-D operands as NumPy does
@@ -114,7 +123,7 @@ func matmulCases() []testCase {
 		}
 	}
 	cs = append(cs,
-		testCase{"float32/Transpose-of-weight", func(c *C) {
+		testCase{"float32/Transpose-of-weight", func(c *checker) {
 			// the Linear layer: x [B, T, K] @ Wᵀ with W stored [N, K]
 			x, xv := c.in([]int{2, 3, 48}, tensor.Float32, uni(-1, 1), dense)
 			w, wv := c.in([]int{20, 48}, tensor.Float32, uni(-1, 1), dense)
@@ -123,7 +132,7 @@ func matmulCases() []testCase {
 			rtol, ks := matmulTol(tensor.Float32, 48)
 			c.checkScaled("Matmul", c.T(tensor.Matmul(x, wt)), shape, tensor.Float32, want, scale, rtol, ks)
 		}},
-		testCase{"float32/batch-permuted", func(c *C) {
+		testCase{"float32/batch-permuted", func(c *checker) {
 			// b stored [K, B, N] and viewed as [B, K, N]: the batch stride is not the largest
 			base, bv := c.in([]int{6, 3, 5}, tensor.Float32, uni(-1, 1), dense)
 			b := c.T(tensor.Transpose(base, 1, 0, 2))
@@ -132,14 +141,14 @@ func matmulCases() []testCase {
 			rtol, ks := matmulTol(tensor.Float32, 6)
 			c.checkScaled("Matmul", c.T(tensor.Matmul(a, b)), shape, tensor.Float32, want, scale, rtol, ks)
 		}},
-		testCase{"mixed/bfloat16@float32", func(c *C) {
+		testCase{"mixed/bfloat16@float32", func(c *checker) {
 			a, av := c.in([]int{3, 8}, tensor.BFloat16, uni(-1, 1), dense)
 			b, bv := c.in([]int{8, 2}, tensor.Float32, uni(-1, 1), dense)
 			want, scale, shape := matmulRef(av, []int{3, 8}, bv, []int{8, 2})
 			rtol, ks := matmulTol(tensor.Float32, 8)
 			c.checkScaled("Matmul", c.T(tensor.Matmul(a, b)), shape, tensor.Float32, want, scale, rtol, ks)
 		}},
-		testCase{"float32/large-values", func(c *C) {
+		testCase{"float32/large-values", func(c *checker) {
 			a := c.arr([]float64{1e20, 1, -1e20, 3}, []int{1, 4}, tensor.Float32)
 			b := c.arr([]float64{1, 1, 1, 1}, []int{4, 1}, tensor.Float32)
 			got := c.T(tensor.Matmul(a, b))
@@ -197,7 +206,7 @@ func indexingCases() []testCase {
 	}
 	for _, tk := range takes {
 		for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16, tensor.Int32} {
-			cs = append(cs, testCase{fmt.Sprintf("Take/%s/%v%s/idx%s%v/axis%d", dt, tk.as, tk.lay, tk.idt, tk.is, tk.axis), func(c *C) {
+			cs = append(cs, testCase{fmt.Sprintf("Take/%s/%v%s/idx%s%v/axis%d", dt, tk.as, tk.lay, tk.idt, tk.is, tk.axis), func(c *checker) {
 				a, av := c.in(tk.as, dt, uni(-5, 5), tk.lay)
 				ax := tk.axis
 				if ax < 0 {
@@ -214,7 +223,7 @@ func indexingCases() []testCase {
 			}})
 		}
 	}
-	cs = append(cs, testCase{"Take/row-gather/embedding", func(c *C) {
+	cs = append(cs, testCase{"Take/row-gather/embedding", func(c *checker) {
 		// an embedding lookup: ids [B, T] into a [V, D] table
 		tbl, tv := c.in([]int{50, 16}, tensor.BFloat16, uni(-1, 1), dense)
 		ids, iv := c.in([]int{2, 5}, tensor.Int32, ints(0, 49), dense)
@@ -234,7 +243,7 @@ func indexingCases() []testCase {
 	}
 	for _, al := range alongs {
 		for _, dt := range []tensor.DType{tensor.Float32, tensor.Int32} {
-			cs = append(cs, testCase{fmt.Sprintf("TakeAlongAxis/%s/%v/idx%v/axis%d", dt, al.as, al.is, al.axis), func(c *C) {
+			cs = append(cs, testCase{fmt.Sprintf("TakeAlongAxis/%s/%v/idx%v/axis%d", dt, al.as, al.is, al.axis), func(c *checker) {
 				ax := (al.axis + len(al.as)) % len(al.as)
 				a, av := c.in(al.as, dt, ints(-50, 50), transposed)
 				idx, iv := c.in(al.is, tensor.Int32, ints(0, al.as[ax]-1), dense)
@@ -266,7 +275,7 @@ func indexingCases() []testCase {
 	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16, tensor.Int32} {
 		for _, vshape := range [][]int{{4, 2}, {1, 1}} {
 			for _, axis := range []int{1, 0} {
-				cs = append(cs, testCase{fmt.Sprintf("PutAlongAxis/%s/values%v/axis%d", dt, vshape, axis), func(c *C) {
+				cs = append(cs, testCase{fmt.Sprintf("PutAlongAxis/%s/values%v/axis%d", dt, vshape, axis), func(c *checker) {
 					as := []int{4, 6}
 					is := []int{4, 2}
 					vs := vshape
@@ -298,5 +307,11 @@ func indexingCases() []testCase {
 			}
 		}
 	}
+	cs = append(cs, testCase{"PutAlongAxis/duplicates-last-wins", func(c *checker) {
+		a := c.arr([]float64{0, 0, 0, 0}, []int{1, 4}, tensor.Float32)
+		idx := c.arr([]float64{2, 0, 2}, []int{1, 3}, tensor.Int32)
+		v := c.arr([]float64{5, 6, 7}, []int{1, 3}, tensor.Float32)
+		c.check("PutAlongAxis", c.T(tensor.PutAlongAxis(a, idx, v, 1)), []int{1, 4}, tensor.Float32, []float64{6, 0, 7, 0}, tol{})
+	}})
 	return cs
 }

@@ -55,7 +55,7 @@ type quantized struct {
 
 // quantize quantizes a random weight of shape with the backend and checks
 // the round trip; it returns the packed arrays and their float64 meaning.
-func (c *C) quantize(shape []int, dt tensor.DType, g, bits int) (quantized, []float64, bool) {
+func (c *checker) quantize(shape []int, dt tensor.DType, g, bits int) (quantized, []float64, bool) {
 	w, wv := c.in(shape, dt, uni(-1, 1), dense)
 	wq, s, b := tensor.Quantize(w, g, bits)
 	c.T(wq)
@@ -139,7 +139,7 @@ func quantCases() []testCase {
 				dts = append(dts, tensor.Float16)
 			}
 			for _, dt := range dts {
-				cs = append(cs, testCase{fmt.Sprintf("Quantize+Dequantize/%s/bits%d/group%d", dt, bits, g), func(c *C) {
+				cs = append(cs, testCase{fmt.Sprintf("Quantize+Dequantize/%s/bits%d/group%d", dt, bits, g), func(c *checker) {
 					shape := []int{4, 256}
 					qz, _, ok := c.quantize(shape, dt, g, bits)
 					if !ok {
@@ -158,7 +158,7 @@ func quantCases() []testCase {
 		}
 	}
 	cs = append(cs,
-		testCase{"Quantize/3-D+constant-groups", func(c *C) {
+		testCase{"Quantize/3-D+constant-groups", func(c *checker) {
 			// experts first; one group constant (zero range) must still round-trip
 			w := make([]float64, 2*3*64)
 			for i := range w {
@@ -211,7 +211,7 @@ func quantCases() []testCase {
 		{[]int{0, 64}, 12, 64, true, 64, 4, tensor.Float32, dense},
 	}
 	for _, m := range qmms {
-		cs = append(cs, testCase{fmt.Sprintf("QuantizedMatmul/%s/x%v%s/transpose=%v/%dx%d/g%d/bits%d", m.dt, m.xs, m.lay, m.transpose, m.n, m.k, m.g, m.bits), func(c *C) {
+		cs = append(cs, testCase{fmt.Sprintf("QuantizedMatmul/%s/x%v%s/transpose=%v/%dx%d/g%d/bits%d", m.dt, m.xs, m.lay, m.transpose, m.n, m.k, m.g, m.bits), func(c *checker) {
 			// transpose: w is [N, K] (x @ wᵀ); else w is [K, N] packed along N
 			ws := []int{m.n, m.k}
 			if !m.transpose {
@@ -222,21 +222,39 @@ func quantCases() []testCase {
 				return
 			}
 			x, xv := c.in(m.xs, m.dt, uni(-1, 1), m.lay)
-			wmat := qz.w
+			wmat, mag := qz.w, qz.mag
 			if m.transpose {
 				wmat = transposeRef(qz.w, ws, []int{1, 0})
+				mag = transposeRef(qz.mag, ws, []int{1, 0})
 			}
 			xs := m.xs
 			if len(xs) == 1 {
 				xs = []int{1, xs[0]}
 			}
-			want, scale, _ := matmulRef(xv, xs, roundAll(wmat, m.dt), []int{m.k, m.n})
+			want, scale, _ := qmmRef(xv, xs, wmat, mag, []int{m.k, m.n})
 			shape := append(cloneInts(m.xs[:len(m.xs)-1]), m.n)
-			rtol, ks := matmulTol(m.dt, m.k)
-			ks += 2 * unitRoundoff(m.dt) // the weight may be dequantized in the dtype
+			rtol, ks := qmmTol(m.dt, m.k)
 			c.checkScaled("QuantizedMatmul", c.T(tensor.QuantizedMatmul(x, qz.wq, qz.s, qz.b, m.transpose, m.g, m.bits)), shape, m.dt, want, scale, rtol, ks)
 		}})
 	}
+	cs = append(cs, testCase{"QuantizedMatmul/batched-weight", func(c *checker) {
+		// w with a batch dim: x [2, 3, K] against w [2, N, K]
+		qz, _, ok := c.quantize([]int{2, 8, 64}, tensor.Float32, 32, 4)
+		if !ok {
+			return
+		}
+		x, xv := c.in([]int{2, 3, 64}, tensor.Float32, uni(-1, 1), dense)
+		var want, scale []float64
+		for b := 0; b < 2; b++ {
+			w := transposeRef(qz.w[b*512:(b+1)*512], []int{8, 64}, []int{1, 0})
+			mag := transposeRef(qz.mag[b*512:(b+1)*512], []int{8, 64}, []int{1, 0})
+			o, s, _ := qmmRef(xv[b*192:(b+1)*192], []int{3, 64}, w, mag, []int{64, 8})
+			want = append(want, o...)
+			scale = append(scale, s...)
+		}
+		rtol, ks := qmmTol(tensor.Float32, 64)
+		c.checkScaled("QuantizedMatmul", c.T(tensor.QuantizedMatmul(x, qz.wq, qz.s, qz.b, true, 32, 4)), []int{2, 3, 8}, tensor.Float32, want, scale, rtol, ks)
+	}})
 	// GatherQMM against per-expert products
 	type gq struct {
 		xs        []int
@@ -255,7 +273,7 @@ func quantCases() []testCase {
 		{[]int{6, 2, 64}, []int{2, 2}, []int{2, 2}, 4, 16, 64, true, tensor.BFloat16},
 	}
 	for _, m := range gqs {
-		cs = append(cs, testCase{fmt.Sprintf("GatherQMM/%s/x%v/lhs%v/rhs%v/E%d/transpose=%v", m.dt, m.xs, m.lhs, m.rhs, m.e, m.transpose), func(c *C) {
+		cs = append(cs, testCase{fmt.Sprintf("GatherQMM/%s/x%v/lhs%v/rhs%v/E%d/transpose=%v", m.dt, m.xs, m.lhs, m.rhs, m.e, m.transpose), func(c *checker) {
 			const g, bits = 64, 4
 			ws := []int{m.e, m.n, m.k}
 			if !m.transpose {
@@ -282,7 +300,7 @@ func quantCases() []testCase {
 			shape := append(cloneInts(idxShape), mm, m.n)
 			want := make([]float64, numel(shape))
 			scale := make([]float64, numel(shape))
-			wq := roundAll(qz.w, m.dt)
+			wq := qz.w
 			for p := 0; p < numel(idxShape); p++ {
 				pi := unravel(p, idxShape)
 				ex := int(rv[bcastIndex(pi, m.rhs)])
@@ -294,19 +312,39 @@ func quantCases() []testCase {
 				}
 				xm := xv[xo*mm*m.k : (xo+1)*mm*m.k]
 				we := wq[ex*m.n*m.k : (ex+1)*m.n*m.k]
+				me := qz.mag[ex*m.n*m.k : (ex+1)*m.n*m.k]
 				if m.transpose {
 					we = transposeRef(we, []int{m.n, m.k}, []int{1, 0})
+					me = transposeRef(me, []int{m.n, m.k}, []int{1, 0})
 				}
-				o, s, _ := matmulRef(xm, []int{mm, m.k}, we, []int{m.k, m.n})
+				o, s, _ := qmmRef(xm, []int{mm, m.k}, we, me, []int{m.k, m.n})
 				copy(want[p*mm*m.n:], o)
 				copy(scale[p*mm*m.n:], s)
 			}
-			rtol, ks := matmulTol(m.dt, m.k)
-			ks += 2 * unitRoundoff(m.dt)
+			rtol, ks := qmmTol(m.dt, m.k)
 			c.checkScaled("GatherQMM", c.T(tensor.GatherQMM(x, qz.wq, qz.s, qz.b, lhs, rhs, m.transpose, g, bits)), shape, m.dt, want, scale, rtol, ks)
 		}})
 	}
 	return cs
+}
+
+// qmmRef is the float64 product x [..., M, K] @ w [K, N] for a dequantized
+// weight, with its error scale Σ|x|·(|s·q|+|b|): kernels (MLX's too) add
+// s·Σq·x and b·Σx separately, so their rounding scales with the parts of
+// each weight, which can exceed the weight itself.
+func qmmRef(xv []float64, xs []int, w, mag []float64, ws []int) (out, scale []float64, shape []int) {
+	out, _, shape = matmulRef(xv, xs, w, ws)
+	_, scale, _ = matmulRef(xv, xs, mag, ws)
+	return out, scale, shape
+}
+
+// qmmTol is matmulTol plus the dequantized weight's rounding to dt and
+// 2⁻¹⁸ relative per term: a kernel may feed float32 activations to
+// hardware bfloat16 dot products as hi = bf16(x) plus lo = bf16(x − hi),
+// which is within 2⁻¹⁸·|x| of x.
+func qmmTol(dt tensor.DType, k int) (rtol, ks float64) {
+	rtol, ks = matmulTol(dt, k)
+	return rtol, ks + 2*unitRoundoff(dt) + 1.0/(1<<18)
 }
 
 func roundAll(v []float64, dt tensor.DType) []float64 {
@@ -360,7 +398,7 @@ func keyWords(seed uint64) [2]uint32 { return [2]uint32{uint32(seed >> 32), uint
 func randomCases() []testCase {
 	var cs []testCase
 	for _, shape := range [][]int{{4}, {5}, {2, 3}, {1}, {}, {3, 0}, {1000}} {
-		cs = append(cs, testCase{fmt.Sprintf("RandomBits/%v", shape), func(c *C) {
+		cs = append(cs, testCase{fmt.Sprintf("RandomBits/%v", shape), func(c *checker) {
 			seed := c.rng.Uint64()
 			key := c.T(tensor.KeyOn(c.be, seed))
 			bits := c.T(tensor.RandomBits(key, shape...))
@@ -375,7 +413,7 @@ func randomCases() []testCase {
 		}})
 	}
 	cs = append(cs,
-		testCase{"RandomBits/known-key0", func(c *C) {
+		testCase{"RandomBits/known-key0", func(c *checker) {
 			// key(0) = (0, 0): the first counter pair's hash, pinned independently of the layout
 			key := c.T(tensor.KeyOn(c.be, 0))
 			bits := c.T(tensor.RandomBits(key, 2)).Int64s()
@@ -384,7 +422,7 @@ func randomCases() []testCase {
 				c.Errorf("RandomBits(key(0), 2) = %v, want %v", bits, r)
 			}
 		}},
-		testCase{"RandomBits/different-keys-differ", func(c *C) {
+		testCase{"RandomBits/different-keys-differ", func(c *checker) {
 			a := c.T(tensor.RandomBits(c.T(tensor.KeyOn(c.be, 1)), 64)).Int64s()
 			b := c.T(tensor.RandomBits(c.T(tensor.KeyOn(c.be, 2)), 64)).Int64s()
 			same := 0
@@ -397,7 +435,7 @@ func randomCases() []testCase {
 				c.Errorf("keys 1 and 2 share %d of 64 words", same)
 			}
 		}},
-		testCase{"SplitKey", func(c *C) {
+		testCase{"SplitKey", func(c *checker) {
 			seed := c.rng.Uint64()
 			key := c.T(tensor.KeyOn(c.be, seed))
 			ks := c.T(tensor.SplitKey(key, 3))
@@ -423,7 +461,7 @@ func randomCases() []testCase {
 			if dt != tensor.Float32 && rng[0] != 0 {
 				continue
 			}
-			cs = append(cs, testCase{fmt.Sprintf("Uniform/%s/[%g,%g)", dt, rng[0], rng[1]), func(c *C) {
+			cs = append(cs, testCase{fmt.Sprintf("Uniform/%s/[%g,%g)", dt, rng[0], rng[1]), func(c *checker) {
 				const n = 20000
 				seed := c.rng.Uint64()
 				key := c.T(tensor.KeyOn(c.be, seed))
@@ -464,7 +502,7 @@ func randomCases() []testCase {
 		}
 	}
 	cs = append(cs,
-		testCase{"Categorical/chi-square", func(c *C) {
+		testCase{"Categorical/chi-square", func(c *checker) {
 			const n, k = 20000, 5
 			logits := []float64{0.5, -1, 2, 0, math.Inf(-1)}
 			l := c.arr(logits, []int{1, k}, tensor.Float32)
@@ -497,7 +535,7 @@ func randomCases() []testCase {
 				c.Errorf("Categorical counts %v vs probabilities %v: χ² = %.1f", counts, p, chi)
 			}
 		}},
-		testCase{"Categorical/rows", func(c *C) {
+		testCase{"Categorical/rows", func(c *checker) {
 			// each row's sample follows its own logits: one-hot rows are deterministic
 			lv := []float64{0, -1e9, -1e9, -1e9, -1e9, 5, -1e9, 4, -1e9}
 			l := c.arr(lv, []int{3, 3}, tensor.Float32)
@@ -507,7 +545,7 @@ func randomCases() []testCase {
 				c.Errorf("Categorical rows = %v, want [0 2 1]", got)
 			}
 		}},
-		testCase{"Gumbel/moments", func(c *C) {
+		testCase{"Gumbel/moments", func(c *checker) {
 			const n = 20000
 			g := c.T(tensor.Gumbel(c.T(tensor.KeyOn(c.be, c.rng.Uint64())), []int{n}, tensor.Float32))
 			gv := vals(g)
@@ -533,17 +571,17 @@ func randomCases() []testCase {
 
 func errorCases() []testCase {
 	return []testCase{
-		{"Add/shape-mismatch", func(c *C) {
+		{"Add/shape-mismatch", func(c *checker) {
 			a := c.T(tensor.Zeros([]int{2, 3}, tensor.Float32))
 			b := c.T(tensor.Zeros([]int{4}, tensor.Float32))
 			c.checkErr("Add([2 3], [4])", tensor.ErrShape, func() { tensor.Add(a, b) })
 		}},
-		{"Matmul/inner-dim", func(c *C) {
+		{"Matmul/inner-dim", func(c *checker) {
 			a := c.T(tensor.Zeros([]int{2, 3}, tensor.Float32))
 			b := c.T(tensor.Zeros([]int{4, 5}, tensor.Float32))
 			c.checkErr("Matmul([2 3], [4 5])", tensor.ErrShape, func() { tensor.Matmul(a, b) })
 		}},
-		{"use-after-Free", func(c *C) {
+		{"use-after-Free", func(c *checker) {
 			a := tensor.Zeros([]int{2}, tensor.Float32)
 			b := c.T(tensor.Zeros([]int{2}, tensor.Float32))
 			a.Free()
@@ -555,27 +593,27 @@ func errorCases() []testCase {
 				c.Errorf("Freed() = false after Free")
 			}
 		}},
-		{"Reshape/size", func(c *C) {
+		{"Reshape/size", func(c *checker) {
 			a := c.T(tensor.Zeros([]int{2, 3}, tensor.Float32))
 			c.checkErr("Reshape([2 3], 4)", tensor.ErrShape, func() { tensor.Reshape(a, 4) })
 		}},
-		{"BitwiseAnd/float", func(c *C) {
+		{"BitwiseAnd/float", func(c *checker) {
 			a := c.T(tensor.Zeros([]int{2}, tensor.Float32))
 			c.checkErr("BitwiseAnd(float32)", tensor.ErrDType, func() { tensor.BitwiseAnd(a, a) })
 		}},
-		{"Take/float-indices", func(c *C) {
+		{"Take/float-indices", func(c *checker) {
 			a := c.T(tensor.Zeros([]int{2}, tensor.Float32))
 			c.checkErr("Take with float indices", tensor.ErrDType, func() { tensor.Take(a, a, 0) })
 		}},
-		{"Argmax/empty-axis", func(c *C) {
+		{"Argmax/empty-axis", func(c *checker) {
 			a := c.T(tensor.Zeros([]int{2, 0}, tensor.Float32))
 			c.checkErr("Argmax over empty axis", tensor.ErrArgument, func() { tensor.Argmax(a, 1, false) })
 		}},
-		{"Quantize/bad-bits", func(c *C) {
+		{"Quantize/bad-bits", func(c *checker) {
 			a := c.T(tensor.Zeros([]int{2, 64}, tensor.Float32))
 			c.checkErr("Quantize bits 7", tensor.ErrArgument, func() { tensor.Quantize(a, 64, 7) })
 		}},
-		{"Try/passes-through", func(c *C) {
+		{"Try/passes-through", func(c *checker) {
 			if err := tensor.Try(func() {}); err != nil {
 				c.Errorf("Try(no panic) = %v", err)
 			}

@@ -92,7 +92,7 @@ func reduceCases() []testCase {
 				if i == 4 {
 					lay = strided
 				}
-				cs = append(cs, testCase{fmt.Sprintf("%s/%s/%v/%s/%s", sp.name, dt, shape, ax, lay), func(c *C) {
+				cs = append(cs, testCase{fmt.Sprintf("%s/%s/%v/%s/%s", sp.name, dt, shape, ax, lay), func(c *checker) {
 					a, av := c.in(shape, dt, sp.g, lay)
 					want, ws := reduceWant(sp, av, shape, ax.axes, ax.keep, dt)
 					n := numel(shape) / max(len(want), 1)
@@ -101,7 +101,7 @@ func reduceCases() []testCase {
 			}
 		}
 		if sp.name != "LogSumExp" {
-			cs = append(cs, testCase{sp.name + "/int32", func(c *C) {
+			cs = append(cs, testCase{sp.name + "/int32", func(c *checker) {
 				g := ints(-50, 50)
 				if sp.name == "Prod" {
 					g = ints(-3, 3)
@@ -113,21 +113,21 @@ func reduceCases() []testCase {
 				}
 			}})
 		}
-		cs = append(cs, testCase{sp.name + "/float16/broadcast-view", func(c *C) {
+		cs = append(cs, testCase{sp.name + "/float16/broadcast-view", func(c *checker) {
 			a, av := c.in([]int{4, 3, 6}, tensor.Float16, sp.g, broadcast)
 			want, ws := reduceWant(sp, av, []int{4, 3, 6}, []int{0, 2}, false, tensor.Float16)
 			c.check(sp.name, c.T(sp.f(a, []int{0, 2}, false)), ws, tensor.Float16, want, reduceTol(sp, tensor.Float16, 24))
 		}})
 	}
 	for _, sp := range []reduceSpec{reduceSpecs[0], reduceSpecs[2]} {
-		cs = append(cs, testCase{sp.name + "/empty", func(c *C) {
+		cs = append(cs, testCase{sp.name + "/empty", func(c *checker) {
 			a := c.T(tensor.Zeros([]int{3, 0}, tensor.Float32))
 			c.check(sp.name+" over empty axis", c.T(sp.f(a, []int{1}, false)), []int{3}, tensor.Float32, []float64{sp.init, sp.init, sp.init}, tol{})
 			c.check(sp.name+" keeping empty axis", c.T(sp.f(a, []int{0}, true)), []int{1, 0}, tensor.Float32, nil, tol{})
 		}})
 	}
 	for _, dt := range []tensor.DType{tensor.Bool, tensor.Float32, tensor.Int32} {
-		cs = append(cs, testCase{"Any+All/" + dt.String(), func(c *C) {
+		cs = append(cs, testCase{"Any+All/" + dt.String(), func(c *checker) {
 			// rows: mixed, all zero, all non-zero
 			av := []float64{0, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1}
 			if dt != tensor.Bool {
@@ -147,7 +147,7 @@ func reduceCases() []testCase {
 		}})
 	}
 	cs = append(cs,
-		testCase{"Sum/float32/1<<20", func(c *C) {
+		testCase{"Sum/float32/1<<20", func(c *checker) {
 			n := 1 << 20
 			a, av := c.in([]int{n}, tensor.Float32, uni(0, 1), dense)
 			s := 0.0
@@ -160,7 +160,7 @@ func reduceCases() []testCase {
 			c.check("Sum axis 0 of 1024×1024", c.T(tensor.Sum(m, []int{0}, false)), []int{1024}, tensor.Float32, rows, tol{1e-5, 0})
 			c.check("Mean", c.T(tensor.Mean(a, nil, false)), []int{}, tensor.Float32, []float64{s / float64(n)}, tol{1e-5, 0})
 		}},
-		testCase{"Sum/bfloat16/1<<16", func(c *C) {
+		testCase{"Sum/bfloat16/1<<16", func(c *checker) {
 			n := 1 << 16
 			a, av := c.in([]int{n}, tensor.BFloat16, uni(0, 1), dense)
 			s := 0.0
@@ -169,14 +169,14 @@ func reduceCases() []testCase {
 			}
 			c.check("Sum", c.T(tensor.Sum(a, nil, false)), []int{}, tensor.BFloat16, []float64{s}, tol{1e-2, 0})
 		}},
-		testCase{"LogSumExp/stability", func(c *C) {
+		testCase{"LogSumExp/stability", func(c *checker) {
 			av := []float64{1000, 1000, 999, -1000, -1000, -1001, math.Inf(-1), math.Inf(-1), math.Inf(-1)}
 			a := c.arr(av, []int{3, 3}, tensor.Float32)
 			l := math.Log(2 + math.Exp(-1))
 			want := []float64{1000 + l, -1000 + l, math.Inf(-1)}
 			c.check("LogSumExp", c.T(tensor.LogSumExp(a, []int{1}, false)), []int{3}, tensor.Float32, want, tol{1e-6, 0})
 		}},
-		testCase{"Max+Min/int64-exact", func(c *C) {
+		testCase{"Max+Min/int64-exact", func(c *checker) {
 			// values float32 cannot tell apart: the reduction must stay in int64
 			av := []float64{-(1 << 40), -(1 << 41), 5, 1<<40 + 1}
 			a := c.arr(av, []int{2, 2}, tensor.Int64)
@@ -206,7 +206,7 @@ func argReduceCases() []testCase {
 						continue
 					}
 					shape := []int{4, 5, 6}
-					cs = append(cs, testCase{fmt.Sprintf("%s/%s/axis%d/keep=%v", op.name, dt, axis, keep), func(c *C) {
+					cs = append(cs, testCase{fmt.Sprintf("%s/%s/axis%d/keep=%v", op.name, dt, axis, keep), func(c *checker) {
 						// few distinct values, so ties are common: the first wins
 						g := pick(-1, 0, 1, 2)
 						if !dt.IsSigned() {
@@ -283,7 +283,7 @@ func softmaxCases() []testCase {
 		for _, dt := range floatTypes {
 			for _, axis := range []int{-1, 0, 1} {
 				shape := []int{3, 7, 33}
-				cs = append(cs, testCase{fmt.Sprintf("%s/%s/axis%d", name, dt, axis), func(c *C) {
+				cs = append(cs, testCase{fmt.Sprintf("%s/%s/axis%d", name, dt, axis), func(c *checker) {
 					lay := dense
 					if axis == 0 {
 						lay = transposed
@@ -300,13 +300,13 @@ func softmaxCases() []testCase {
 		}
 	}
 	cs = append(cs,
-		testCase{"Softmax/masked-and-large", func(c *C) {
+		testCase{"Softmax/masked-and-large", func(c *checker) {
 			inf := math.Inf(-1)
 			av := []float64{0, inf, 1, inf, 1000, 999, 1000, -1000}
 			a := c.arr(av, []int{2, 4}, tensor.Float32)
 			c.check("Softmax", c.T(tensor.Softmax(a, -1)), []int{2, 4}, tensor.Float32, softmaxRef(av, []int{2, 4}, 1, false), tol{1e-5, 1e-7})
 		}},
-		testCase{"Softmax/int32-input", func(c *C) {
+		testCase{"Softmax/int32-input", func(c *checker) {
 			av := []float64{1, 2, 3}
 			a := c.arr(av, []int{3}, tensor.Int32)
 			c.check("Softmax", c.T(tensor.Softmax(a, 0)), []int{3}, tensor.Float32, softmaxRef(av, []int{3}, 0, false), tol{1e-5, 1e-7})
@@ -327,7 +327,7 @@ func cumsumCases() []testCase {
 						continue
 					}
 					shape := []int{5, 6, 7}
-					cs = append(cs, testCase{fmt.Sprintf("Cumsum/%s/axis%d/reverse=%v/inclusive=%v", dt, axis, rev, incl), func(c *C) {
+					cs = append(cs, testCase{fmt.Sprintf("Cumsum/%s/axis%d/reverse=%v/inclusive=%v", dt, axis, rev, incl), func(c *checker) {
 						g := uni(-2, 2)
 						if dt == tensor.Int32 {
 							g = ints(-100, 100)
@@ -375,7 +375,7 @@ func sortCases() []testCase {
 	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16, tensor.Int32, tensor.Uint32} {
 		for _, axis := range []int{-1, 0} {
 			shape := []int{6, 37}
-			cs = append(cs, testCase{fmt.Sprintf("Sort+Argsort/%s/axis%d", dt, axis), func(c *C) {
+			cs = append(cs, testCase{fmt.Sprintf("Sort+Argsort/%s/axis%d", dt, axis), func(c *checker) {
 				g := gen(pick(-3, -1, 0, 0.5, 2, 7))
 				if dt == tensor.Uint32 {
 					g = ints(0, 4)
@@ -405,7 +405,7 @@ func sortCases() []testCase {
 		}
 	}
 	cs = append(cs,
-		testCase{"Sort/NaN-last", func(c *C) {
+		testCase{"Sort/NaN-last", func(c *checker) {
 			nan := math.NaN()
 			av := []float64{3, nan, -1, math.Inf(1), nan, math.Inf(-1), 0}
 			a := c.arr(av, []int{7}, tensor.Float32)
@@ -416,7 +416,7 @@ func sortCases() []testCase {
 				c.Errorf("Argsort with NaN = %v, want [5 2 6 0 3 (1 4)]", got)
 			}
 		}},
-		testCase{"Sort/empty-and-single", func(c *C) {
+		testCase{"Sort/empty-and-single", func(c *checker) {
 			e := c.T(tensor.Zeros([]int{0, 3}, tensor.Float32))
 			c.check("Sort empty", c.T(tensor.Sort(e, 0)), []int{0, 3}, tensor.Float32, nil, tol{})
 			s := c.arr([]float64{4, 2}, []int{2, 1}, tensor.Float32)
@@ -430,7 +430,7 @@ func sortCases() []testCase {
 				if axis == 0 {
 					shape = []int{17, 4}
 				}
-				cs = append(cs, testCase{fmt.Sprintf("Argpartition/%s/kth%d/axis%d", dt, kth, axis), func(c *C) {
+				cs = append(cs, testCase{fmt.Sprintf("Argpartition/%s/kth%d/axis%d", dt, kth, axis), func(c *checker) {
 					g := gen(uni(-5, 5))
 					if dt != tensor.Float32 {
 						g = ints(-4, 4) // ties
@@ -482,7 +482,7 @@ func sortCases() []testCase {
 	}
 	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16, tensor.Int32} {
 		for _, k := range []int{1, 3, 10} {
-			cs = append(cs, testCase{fmt.Sprintf("TopK/%s/k%d", dt, k), func(c *C) {
+			cs = append(cs, testCase{fmt.Sprintf("TopK/%s/k%d", dt, k), func(c *checker) {
 				shape := []int{3, 10}
 				a, av := c.in(shape, dt, pick(-1, 0, 1, 2, 3), transposed)
 				vals, idx := tensor.TopK(a, k, -1)

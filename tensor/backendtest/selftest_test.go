@@ -35,6 +35,14 @@ func (m *mutant) own(r *tensor.Array) *tensor.Array {
 	return out
 }
 
+// ownNew is own for ops that may hand back their input itself.
+func (m *mutant) ownNew(r, in *tensor.Array) *tensor.Array {
+	if r == in {
+		return r
+	}
+	return m.own(r)
+}
+
 // host makes an array from values computed on the host.
 func (m *mutant) host(v []float64, shape []int, dt tensor.DType) *tensor.Array {
 	return m.own(m.in.FromBytes(encodeVals(v, dt), shape, dt, false))
@@ -56,6 +64,9 @@ func (m *mutant) Eval(arrs ...*tensor.Array)      { m.in.Eval(arrs...) }
 func (m *mutant) AsyncEval(arrs ...*tensor.Array) { m.in.AsyncEval(arrs...) }
 
 func (m *mutant) Unary(op tensor.UnaryOp, a *tensor.Array) *tensor.Array {
+	if m.mut == "gelu-is-the-tanh-approximation" && op == tensor.OpGelu {
+		op = tensor.OpGeluTanh
+	}
 	r := m.own(m.in.Unary(op, a))
 	if m.mut == "exp-off-by-1e-3" && op == tensor.OpExp {
 		defer r.Free()
@@ -78,6 +89,18 @@ func (m *mutant) Binary(op tensor.BinaryOp, a, b *tensor.Array, shape []int) *te
 			out[i] = math.Mod(av[bcastIndex(idx, a.Shape())], bv[bcastIndex(idx, b.Shape())]) // C's fmod
 		}
 		return m.host(out, shape, a.DType())
+	case m.mut == "maximum-drops-nan" && op == tensor.OpMaximum && a.DType().IsFloat():
+		av, bv := a.Float64s(), b.Float64s()
+		out := make([]float64, numel(shape))
+		for i := range out {
+			idx := unravel(i, shape)
+			x, y := av[bcastIndex(idx, a.Shape())], bv[bcastIndex(idx, b.Shape())]
+			out[i] = x
+			if y > x {
+				out[i] = y
+			}
+		}
+		return m.host(out, shape, a.DType())
 	case m.mut == "add-leaks" && op == tensor.OpAdd:
 		m.in.Full([]int{1}, 0, tensor.Float32) // never freed
 	}
@@ -88,7 +111,7 @@ func (m *mutant) Where(cond, a, b *tensor.Array, shape []int) *tensor.Array {
 	return m.own(m.in.Where(cond, a, b, shape))
 }
 func (m *mutant) AsType(a *tensor.Array, dt tensor.DType) *tensor.Array {
-	return m.own(m.in.AsType(a, dt))
+	return m.ownNew(m.in.AsType(a, dt), a)
 }
 
 func (m *mutant) Reduce(op tensor.ReduceOp, a *tensor.Array, axes []int, keep bool) *tensor.Array {
@@ -152,9 +175,29 @@ func (m *mutant) Softmax(a *tensor.Array, axis int) *tensor.Array {
 	return m.own(m.in.Softmax(a, axis))
 }
 func (m *mutant) Cumsum(a *tensor.Array, axis int, reverse, inclusive bool) *tensor.Array {
+	if m.mut == "cumsum-always-inclusive" {
+		inclusive = true
+	}
 	return m.own(m.in.Cumsum(a, axis, reverse, inclusive))
 }
-func (m *mutant) Sort(a *tensor.Array, axis int) *tensor.Array { return m.own(m.in.Sort(a, axis)) }
+func (m *mutant) Sort(a *tensor.Array, axis int) *tensor.Array {
+	if m.mut == "sort-puts-nan-first" && a.DType().IsFloat() {
+		v := a.Float64s()
+		out := make([]float64, len(v))
+		lanes(a.Shape(), axis, func(idx []int) {
+			lane := make([]float64, len(idx))
+			for k, i := range idx {
+				lane[k] = v[i]
+			}
+			sort.Float64s(lane) // NaN first
+			for k, i := range idx {
+				out[i] = lane[k]
+			}
+		})
+		return m.host(out, a.Shape(), a.DType())
+	}
+	return m.own(m.in.Sort(a, axis))
+}
 
 func (m *mutant) Argsort(a *tensor.Array, axis int) *tensor.Array {
 	if m.mut == "argsort-unstable" {
@@ -204,6 +247,14 @@ func ones(n int) []int {
 }
 
 func (m *mutant) Take(a, idx *tensor.Array, axis int) *tensor.Array {
+	if m.mut == "take-clamps-negative-indices" {
+		iv := idx.Float64s()
+		for i := range iv {
+			iv[i] = max(iv[i], 0)
+		}
+		want, shape := takeRef(a.Float64s(), a.Shape(), iv, idx.Shape(), axis)
+		return m.host(want, shape, a.DType())
+	}
 	return m.own(m.in.Take(a, idx, axis))
 }
 func (m *mutant) TakeAlongAxis(a, idx *tensor.Array, axis int) *tensor.Array {
@@ -233,7 +284,7 @@ func (m *mutant) SliceAssign(dst, u *tensor.Array, start, stop, step []int) {
 func (m *mutant) Concatenate(arrs []*tensor.Array, axis int, shape []int) *tensor.Array {
 	return m.own(m.in.Concatenate(arrs, axis, shape))
 }
-func (m *mutant) Contiguous(a *tensor.Array) *tensor.Array { return m.own(m.in.Contiguous(a)) }
+func (m *mutant) Contiguous(a *tensor.Array) *tensor.Array { return m.ownNew(m.in.Contiguous(a), a) }
 func (m *mutant) RMSNorm(x, w *tensor.Array, eps float32) *tensor.Array {
 	return m.own(m.in.RMSNorm(x, w, eps))
 }
@@ -289,6 +340,16 @@ func (m *mutant) Dequantize(wq, s, b *tensor.Array, g, bits int, dt tensor.DType
 	return m.own(m.in.Dequantize(wq, s, b, g, bits, dt))
 }
 func (m *mutant) QuantizedMatmul(x, wq, s, b *tensor.Array, tr bool, g, bits int, shape []int) *tensor.Array {
+	if m.mut == "qmm-uses-last-group-bias" {
+		// every group takes the bias of the row's last group: a stride bug
+		bv := b.Float64s()
+		ng := b.Dim(-1)
+		for i := range bv {
+			bv[i] = bv[i-i%ng+ng-1]
+		}
+		b = m.host(bv, b.Shape(), b.DType())
+		defer b.Free()
+	}
 	return m.own(m.in.QuantizedMatmul(x, wq, s, b, tr, g, bits, shape))
 }
 func (m *mutant) GatherQMM(x, wq, s, b, lhs, rhs *tensor.Array, tr bool, g, bits int, shape []int) *tensor.Array {
@@ -349,6 +410,11 @@ func runSome(be tensor.Backend, family, prefix string) (n int, msgs []string) {
 func TestSuiteCatchesBrokenBackends(t *testing.T) {
 	mutations := []struct{ mut, family, prefix string }{
 		{"exp-off-by-1e-3", "unary", "Exp/float32"},
+		{"gelu-is-the-tanh-approximation", "unary", "Gelu/float32"},
+		{"maximum-drops-nan", "binary", "Maximum+Minimum/NaN/"},
+		{"cumsum-always-inclusive", "cumsum", "Cumsum/float32/axis0/"},
+		{"sort-puts-nan-first", "sort", "Sort/NaN-last"},
+		{"take-clamps-negative-indices", "indexing", "Take/float32/"},
 		{"remainder-sign-of-dividend", "binary", "Remainder+FloorDivide/"},
 		{"add-leaks", "binary", "Add/float32"},
 		{"sum-accumulates-in-bfloat16", "reduce", "Sum/bfloat16/1<<16"},
@@ -360,6 +426,7 @@ func TestSuiteCatchesBrokenBackends(t *testing.T) {
 		{"causal-aligned-to-start", "sdpa", "float32/"},
 		{"quantize-packs-msb-first", "quant", "Quantize+Dequantize/float32/bits4/"},
 		{"random-bits-in-counter-order", "random", "RandomBits/"},
+		{"qmm-uses-last-group-bias", "scale", "tails/QuantizedMatmul/float32/bits4/"},
 	}
 	for _, mu := range mutations {
 		t.Run(mu.mut, func(t *testing.T) {

@@ -21,6 +21,11 @@ golden_<name>.json.gz:
                without the generation prompt, with enable_thinking unset/true/false;
                a render that raises records the exception text instead
 
+With --variants FILE (tools/oracle/variants.json) it also writes
+golden_variants.json.gz: each variant patches a base tokenizer.json (other
+normalizers, pre-tokenizers, decoders, post-processors, added tokens) and
+records ids and decodes for every third corpus string (by corpus index).
+
 and bench_hf.json: single-threaded encode throughput of HF tokenizers on the
 benchmark documents (best of three passes), with the token count.
 
@@ -78,14 +83,16 @@ def encode_goldens(tok, auto, corpus):
     return out
 
 
-def chat_goldens(auto, convs):
+def chat_goldens(auto, convs, chat_template=None, kwsets=({}, {"enable_thinking": True}, {"enable_thinking": False})):
     out = []
     for conv in convs:
         for gen in (False, True):
-            for kw in ({}, {"enable_thinking": True}, {"enable_thinking": False}):
+            for kw in kwsets:
                 rec = {"name": conv["name"], "messages": conv["messages"],
                        "add_generation_prompt": gen, "kwargs": kw}
                 args = {}
+                if chat_template is not None:
+                    args["chat_template"] = chat_template
                 if "tools" in conv:
                     rec["tools"] = conv["tools"]
                     args["tools"] = copy.deepcopy(conv["tools"])
@@ -105,6 +112,55 @@ def chat_goldens(auto, convs):
     return out
 
 
+def variant_goldens(Tokenizer, folders, variants, corpus):
+    bases, out = {}, []
+    for v in variants:
+        rec = {"name": v["name"], "base": v["base"], "encode": []}
+        try:
+            if v["base"] not in bases:
+                with open(os.path.join(folders[v["base"]], "tokenizer.json"), encoding="utf-8") as f:
+                    bases[v["base"]] = json.load(f)
+            base = bases[v["base"]]
+            d = dict(base)
+            for k, val in v.get("set", {}).items():
+                d[k] = val
+            if "model" in v:
+                d["model"] = dict(base["model"], **v["model"])
+            d["added_tokens"] = list(base["added_tokens"]) + list(v.get("add_tokens", []))
+            tok = Tokenizer.from_str(json.dumps(d))
+        except Exception as e:
+            rec["error"] = repr(e)
+            log(v["name"], "failed to load:", e)
+            out.append(rec)
+            continue
+        for i in range(0, len(corpus), 3):
+            text = corpus[i]["text"]
+            try:
+                sp = tok.encode(text, add_special_tokens=True).ids
+                rec["encode"].append({"i": i, "ids": sp,
+                                      "ids_plain": tok.encode(text, add_special_tokens=False).ids,
+                                      "decode": tok.decode(sp, skip_special_tokens=False),
+                                      "decode_skip": tok.decode(sp, skip_special_tokens=True)})
+            except Exception as e:
+                rec["encode"].append({"i": i, "error": repr(e)})
+        log(v["name"], len(rec["encode"]), "strings")
+        out.append(rec)
+    return out
+
+
+def template_goldens(auto, tdir, convs):
+    out = []
+    for fn in sorted(os.listdir(tdir)):
+        if not fn.endswith(".jinja"):
+            continue
+        with open(os.path.join(tdir, fn), encoding="utf-8") as f:
+            src = f.read()
+        for rec in chat_goldens(auto, convs, chat_template=src, kwsets=({}, {"enable_thinking": False})):
+            rec["template"] = fn
+            out.append(rec)
+    return out
+
+
 def bench(tok, docs):
     nbytes = sum(len(d.encode("utf-8")) for d in docs)
     best, ntok = None, 0
@@ -116,8 +172,15 @@ def bench(tok, docs):
         dt = time.perf_counter() - t0
         ntok = n
         best = dt if best is None else min(best, dt)
+    best_batch = None
+    for _ in range(3):  # the same work without the Python loop (RAYON_NUM_THREADS=1)
+        t0 = time.perf_counter()
+        tok.encode_batch(docs, add_special_tokens=False)
+        dt = time.perf_counter() - t0
+        best_batch = dt if best_batch is None else min(best_batch, dt)
     return {"bytes": nbytes, "docs": len(docs), "tokens": ntok, "seconds": best,
-            "mb_per_s": nbytes / best / 1e6}
+            "mb_per_s": nbytes / best / 1e6, "batch_seconds": best_batch,
+            "batch_mb_per_s": nbytes / best_batch / 1e6}
 
 
 def main():
@@ -127,7 +190,10 @@ def main():
     ap.add_argument("--conversations", default="tools/oracle/conversations.json")
     ap.add_argument("--bench", default="tokenizer/testdata/bench.json.gz")
     ap.add_argument("--out", default="tokenizer/testdata")
-    ap.add_argument("--skip-goldens", action="store_true", help="only run the benchmark")
+    ap.add_argument("--skip-goldens", action="store_true", help="only run the benchmark (and --variants)")
+    ap.add_argument("--variants", help="variants.json: also write golden_variants.json.gz")
+    ap.add_argument("--templates", help="folder of extra .jinja chat templates: also write golden_templates.json.gz")
+    ap.add_argument("--templates-tok", default="llama3", help="tokenizer whose special tokens the extra templates see")
     a = ap.parse_args()
 
     import tokenizers
@@ -174,6 +240,24 @@ def main():
         nerr = sum(1 for c in chat if "error" in c)
         log("%s: %d strings, %d renders (%d raised), %.1fs -> %s" % (
             name, len(enc), len(chat), nerr, time.time() - t0, path))
+
+    if a.variants:
+        with open(a.variants, encoding="utf-8") as f:
+            variants = json.load(f)
+        folders = dict(spec.split("=", 1) for spec in a.tok)
+        vg = variant_goldens(Tokenizer, folders, variants, corpus)
+        with gzip.GzipFile(os.path.join(a.out, "golden_variants.json.gz"), "wb", mtime=0) as f:
+            f.write(json.dumps({"meta": {"tokenizers": tokenizers.__version__}, "variants": vg},
+                               ensure_ascii=False).encode("utf-8"))
+
+    if a.templates and AutoTokenizer is not None:
+        folders = dict(spec.split("=", 1) for spec in a.tok)
+        auto = AutoTokenizer.from_pretrained(folders[a.templates_tok])
+        tg = template_goldens(auto, a.templates, convs)
+        log("templates:", len(tg), "renders,", sum(1 for r in tg if "error" in r), "raised")
+        with gzip.GzipFile(os.path.join(a.out, "golden_templates.json.gz"), "wb", mtime=0) as f:
+            f.write(json.dumps({"meta": {"transformers": tf_version, "tokenizer": a.templates_tok}, "chat": tg},
+                               ensure_ascii=False).encode("utf-8"))
 
     with open(os.path.join(a.out, "bench_hf.json"), "w") as f:
         json.dump(bench_out, f, indent=1)

@@ -1,0 +1,105 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/mlxgo/mlxgo/kv"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// Attention is grouped-query self-attention with rotary positions and
+// optional per-head q/k norms, reading and extending a kv.Cache.
+type Attention struct {
+	Heads, KVHeads, HeadDim int
+	Scale                   float32
+	Q, K, V, O              *Linear
+	QNorm, KNorm            *RMSNorm // nil when absent
+	Rope                    *Rope
+}
+
+// Forward attends x [B, T, D] to the cache's contents plus itself with the
+// mask the caller computed for this layer's cache (LayerMask) and returns
+// [B, T, D]. A nil cache attends within x only.
+func (a *Attention) Forward(x *tensor.Array, c kv.Cache, mask kv.Mask) *tensor.Array {
+	sc := tensor.NewScope()
+	defer sc.Close()
+	b, t := x.Dim(0), x.Dim(1)
+	heads := func(l *Linear, n int, norm *RMSNorm) *tensor.Array {
+		y := tensor.Reshape(l.Forward(x), b, t, n, a.HeadDim)
+		if norm != nil {
+			y = norm.Forward(y)
+		}
+		return tensor.Transpose(y, 0, 2, 1, 3)
+	}
+	q := heads(a.Q, a.Heads, a.QNorm)
+	k := heads(a.K, a.KVHeads, a.KNorm)
+	v := heads(a.V, a.KVHeads, nil)
+	offset := 0
+	if c != nil {
+		offset = c.Offset()
+	}
+	if a.Rope != nil {
+		q = a.Rope.Apply(q, offset)
+		k = a.Rope.Apply(k, offset)
+	}
+	o := Attend(q, k, v, c, mask, a.Scale)
+	o = tensor.Reshape(tensor.Transpose(o, 0, 2, 1, 3), b, t, a.Heads*a.HeadDim)
+	return sc.Keep(a.O.Forward(o))
+}
+
+// Attend writes k and v [B, Hkv, T, D] to the cache (when there is one)
+// and computes attention of q [B, Hq, T, D] over what the cache returns.
+func Attend(q, k, v *tensor.Array, c kv.Cache, mask kv.Mask, scale float32) *tensor.Array {
+	if c == nil {
+		return tensor.ScaledDotProductAttention(q, k, v, mask.Options(scale))
+	}
+	got := c.UpdateAndFetch(k, v)
+	return kv.Attention(q, got, mask.Options(scale))
+}
+
+// LayerMask is the mask for t new tokens of the layer whose cache is
+// caches[layer], computed before the cache is updated (call it once per
+// forward for each distinct cache layout and share it). window 0 means
+// full causal attention. Without caches it is the plain causal mask,
+// windowed when asked. The mask array, if any, is made in the current
+// scope.
+func LayerMask(caches []kv.Cache, layer, t, window int) kv.Mask {
+	if caches != nil && caches[layer] != nil {
+		return caches[layer].MakeMask(t, window, false)
+	}
+	if window <= 0 || window >= t {
+		if t == 1 {
+			return kv.Mask{}
+		}
+		return kv.Mask{Kind: tensor.MaskCausal}
+	}
+	raw := make([]bool, t*t)
+	for i := range t {
+		for j := range t {
+			raw[i*t+j] = j <= i && i < j+window
+		}
+	}
+	return kv.Mask{Kind: tensor.MaskArray, Array: tensor.FromBools(raw, []int{t, t})}
+}
+
+// EmbedInputs embeds ids [B, T] and merges precomputed embeddings from
+// opts (multimodal inputs) where its mask says so.
+func EmbedInputs(e *Embedding, ids *tensor.Array, opts *ForwardOptions) *tensor.Array {
+	h := e.Forward(ids)
+	if opts == nil || opts.Embeddings == nil {
+		return h
+	}
+	emb := opts.Embeddings
+	if emb.NDim() != 3 || emb.Dim(0) != h.Dim(0) || emb.Dim(1) != h.Dim(1) || emb.Dim(2) != h.Dim(2) {
+		panic(&tensor.Error{Op: "model.Forward", Err: fmt.Errorf("%w: embeddings %v for hidden states %v", tensor.ErrShape, emb.Shape(), h.Shape())})
+	}
+	cast := tensor.AsType(emb, h.DType())
+	if opts.EmbedMask == nil {
+		h.Free()
+		return cast
+	}
+	m := tensor.ExpandDims(opts.EmbedMask, -1)
+	out := tensor.Where(m, cast, h)
+	tensor.Free(m, cast, h)
+	return out
+}

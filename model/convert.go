@@ -1,0 +1,282 @@
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/mlxgo/mlxgo/tensor"
+	"github.com/mlxgo/mlxgo/tensor/safetensors"
+)
+
+// ConvertOptions configures Convert.
+type ConvertOptions struct {
+	// Quantize turns on affine quantization with Bits and GroupSize
+	// (defaults 4 and 64); off, Convert only restacks and recasts.
+	Quantize  bool
+	Bits      int
+	GroupSize int
+	// DType, when valid, is the float type of unquantized tensors and of
+	// scales and biases (default: each tensor's own).
+	DType tensor.DType
+	// Overrides sets per-module quantization: the first rule whose Match
+	// is a suffix of the module path ("lm_head", "mlp.gate") applies; a
+	// nil Spec keeps the module in floating point.
+	Overrides []Override
+	// Backend computes the quantization (nil: the default backend).
+	Backend tensor.Backend
+}
+
+// Override is one per-module quantization rule for Convert.
+type Override struct {
+	Match string
+	Spec  *QuantSpec
+}
+
+// expertRE matches HF's per-expert weights, which MLX checkpoints stack.
+var expertRE = regexp.MustCompile(`^(.*)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$`)
+
+// Convert writes an MLX checkpoint of the HF checkpoint in src to dst:
+// per-expert weights stacked into switch_mlp banks (as mlx-lm does),
+// linear and embedding weights affine-quantized where their input dim is
+// a multiple of the group size (norms, biases, 1-D and non-divisible
+// tensors stay in floating point), config.json with mlx-lm's
+// "quantization" section (per-module entries for overrides), and every
+// other file of the folder (tokenizer, templates) copied.
+func Convert(src, dst string, opts ConvertOptions) (err error) {
+	defer tensor.Recover(&err)
+	if opts.Bits == 0 {
+		opts.Bits = 4
+	}
+	if opts.GroupSize == 0 {
+		opts.GroupSize = 64
+	}
+	def := QuantSpec{GroupSize: opts.GroupSize, Bits: opts.Bits}
+	if err := checkSpec("convert", def); opts.Quantize && err != nil {
+		return err
+	}
+	for _, o := range opts.Overrides {
+		if o.Spec != nil {
+			if err := checkSpec("override "+o.Match, *o.Spec); err != nil {
+				return err
+			}
+		}
+	}
+	cfg, err := ReadConfig(src)
+	if err != nil {
+		return err
+	}
+	if cfg.Quant != nil {
+		return fmt.Errorf("model: convert: %s is already quantized", src)
+	}
+	set, err := safetensors.OpenDir(src)
+	if err != nil {
+		return fmt.Errorf("model: convert: %w", err)
+	}
+	defer set.Close()
+	be := opts.Backend
+	if be == nil {
+		be = tensor.Default()
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+
+	out := map[string]*tensor.Array{}
+	defer func() {
+		for _, a := range out {
+			a.Free()
+		}
+	}()
+	load := func(name string) *tensor.Array {
+		a, err := set.Array(name, be, true)
+		if err != nil {
+			panic(&tensor.Error{Op: "convert", Err: err})
+		}
+		tensor.Detach(a)
+		if opts.DType.Valid() && a.DType().IsFloat() && a.DType() != opts.DType {
+			c := tensor.AsType(a, opts.DType)
+			tensor.Detach(c)
+			a.Free()
+			a = c
+		}
+		return a
+	}
+	// group per-expert weights: base.switch_mlp.proj → expert → name
+	stacks := map[string]map[int]string{}
+	var plain []string
+	for _, name := range set.Names() {
+		if m := expertRE.FindStringSubmatch(name); m != nil {
+			key := m[1] + ".switch_mlp." + m[3]
+			e, _ := strconv.Atoi(m[2])
+			if stacks[key] == nil {
+				stacks[key] = map[int]string{}
+			}
+			stacks[key][e] = name
+			continue
+		}
+		plain = append(plain, name)
+	}
+	modules := map[string]*QuantSpec{} // per-module entries for config.json
+	put := func(mod string, w *tensor.Array) {
+		spec, quant := def, opts.Quantize
+		explicit := false
+		for _, o := range opts.Overrides {
+			if mod == o.Match || strings.HasSuffix(mod, "."+o.Match) {
+				explicit = true
+				if o.Spec == nil {
+					quant = false
+				} else {
+					spec, quant = *o.Spec, true
+				}
+				break
+			}
+		}
+		k := w.Dim(-1)
+		quantizable := w.NDim() >= 2 && w.DType().IsFloat() && !strings.Contains(strings.ToLower(mod), "norm")
+		if quant && quantizable && k%spec.GroupSize == 0 && (k*spec.Bits)%32 == 0 {
+			wq, s, b := tensor.Quantize(w, spec.GroupSize, spec.Bits)
+			tensor.Detach(wq, s, b)
+			w.Free()
+			out[mod+".weight"], out[mod+".scales"], out[mod+".biases"] = wq, s, b
+			if explicit && spec != def {
+				sp := spec
+				modules[mod] = &sp
+			}
+			return
+		}
+		if explicit && quantizable && opts.Quantize {
+			modules[mod] = nil
+		}
+		out[mod+".weight"] = w
+	}
+	for _, name := range plain {
+		a := load(name)
+		switch {
+		case strings.HasSuffix(name, ".experts.gate_up_proj") && a.NDim() == 3:
+			base := bankName(strings.TrimSuffix(name, ".experts.gate_up_proj"))
+			h := a.Dim(1) / 2
+			for i, proj := range []string{"gate_proj", "up_proj"} {
+				v := tensor.SliceAxis(a, 1, i*h, (i+1)*h)
+				c := tensor.Contiguous(v)
+				tensor.Detach(c)
+				v.Free()
+				put(base+proj, c)
+			}
+			a.Free()
+		case strings.HasSuffix(name, ".experts.down_proj") && a.NDim() == 3:
+			put(bankName(strings.TrimSuffix(name, ".experts.down_proj"))+"down_proj", a)
+		case strings.HasSuffix(name, ".weight"):
+			put(strings.TrimSuffix(name, ".weight"), a)
+		default:
+			out[name] = a
+		}
+	}
+	keys := make([]string, 0, len(stacks))
+	for k := range stacks {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		experts := stacks[key]
+		parts := make([]*tensor.Array, len(experts))
+		for e := range parts {
+			name, ok := experts[e]
+			if !ok {
+				return fmt.Errorf("model: convert: %s: expert %d of %d missing for %s", src, e, len(experts), key)
+			}
+			parts[e] = load(name)
+		}
+		st := tensor.Stack(parts, 0)
+		tensor.Detach(st)
+		tensor.Free(parts...)
+		put(key, st)
+	}
+
+	if err := safetensors.WriteArrays(filepath.Join(dst, safetensors.SingleName), out, map[string]string{"format": "mlx"}); err != nil {
+		return fmt.Errorf("model: convert: %w", err)
+	}
+	if err := writeConfig(cfg, dst, opts, def, modules); err != nil {
+		return err
+	}
+	return copyExtras(src, dst)
+}
+
+// bankName is where mlx-lm keeps a stacked expert bank: under
+// "<mlp>.switch_mlp." for Qwen-style blocks, "<layer>.experts.switch_glu."
+// for Gemma 4's experts, which sit beside the MLP.
+func bankName(base string) string {
+	if strings.HasSuffix(base, ".mlp") {
+		return base + ".switch_mlp."
+	}
+	return base + ".experts.switch_glu."
+}
+
+// writeConfig writes config.json with the quantization section added.
+func writeConfig(cfg *Config, dst string, opts ConvertOptions, def QuantSpec, modules map[string]*QuantSpec) error {
+	var m map[string]any
+	if err := json.Unmarshal(cfg.Raw, &m); err != nil {
+		return err
+	}
+	delete(m, "quantization_config")
+	if opts.Quantize {
+		q := &QuantConfig{QuantSpec: def, Mode: "affine", Modules: modules}
+		m["quantization"] = q
+		m["quantization_config"] = q
+	}
+	if opts.DType.Valid() {
+		m["torch_dtype"] = opts.DType.String()
+		if _, ok := m["dtype"]; ok {
+			m["dtype"] = opts.DType.String()
+		}
+	}
+	raw, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dst, "config.json"), append(raw, '\n'), 0o644)
+}
+
+// copyExtras copies the folder's other files (tokenizer, templates,
+// generation config), skipping weights and the config Convert rewrote.
+func copyExtras(src, dst string) error {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		n := e.Name()
+		if !e.Type().IsRegular() || n == "config.json" || strings.HasSuffix(n, ".safetensors") ||
+			n == safetensors.IndexName || slices.Contains([]string{".", ".."}, n) || strings.HasPrefix(n, ".") {
+			continue
+		}
+		if err := copyFile(filepath.Join(src, n), filepath.Join(dst, n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyFile(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(to)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}

@@ -1,0 +1,170 @@
+package model
+
+import (
+	"math"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// gemma4Bench1B is a 1B-shaped Gemma 4 (about the size of the random 4-bit
+// Llama the brief benchmarks): 16 layers of width 2048, 8 heads of 256
+// (512 on full layers) over one KV head, FFN 8192, a 32k vocabulary tied
+// to the head, 5:1 sliding:full layers with a 512 window.
+func gemma4Bench1B() *gemma4Config {
+	cfg := defaultGemma4Config()
+	cfg.Vocab, cfg.Hidden, cfg.Intermediate, cfg.Layers = 32768, 2048, 8192, 16
+	cfg.Heads, cfg.KVHeads, cfg.HeadDim = 8, 1, 256
+	zero := 0
+	cfg.PerLayerHidden = &zero
+	softcap := 30.0
+	cfg.Softcap = &softcap
+	if err := cfg.validate(); err != nil {
+		panic(err)
+	}
+	return &cfg
+}
+
+// randomGemma4 builds cfg's model in memory with random affine-quantized
+// weights (random codes; scales sized for unit gain; bfloat16 scales,
+// biases and norms) and returns it with the arrays to free and the bytes
+// one decode step reads (every weight once; the embedding as the head).
+func randomGemma4(cfg *gemma4Config, bits int) (m *Gemma4, owned []*tensor.Array, weightBytes int) {
+	const group = 64
+	key := tensor.Key(1)
+	owned = append(owned, key)
+	keep := func(a *tensor.Array) *tensor.Array {
+		tensor.Detach(a)
+		owned = append(owned, a)
+		return a
+	}
+	n := uint64(0)
+	packed := func(out, in int) (wq, s, b *tensor.Array) {
+		n++
+		k := keep(tensor.Key(n))
+		wq = keep(tensor.RandomBits(k, out, in*bits/32))
+		levels := float64(int(1) << bits)
+		scale := 1 / (math.Sqrt(float64(in)) * levels / math.Sqrt(12))
+		s = keep(tensor.Full([]int{out, in / group}, scale, tensor.BFloat16))
+		b = keep(tensor.Full([]int{out, in / group}, -scale*(levels-1)/2, tensor.BFloat16))
+		weightBytes += wq.NBytes() + s.NBytes() + b.NBytes()
+		return wq, s, b
+	}
+	linear := func(in, out int) *Linear {
+		wq, s, b := packed(out, in)
+		return &Linear{Weight: wq, Scales: s, Biases: b, GroupSize: group, Bits: bits}
+	}
+	norm := func(d int) *RMSNorm {
+		w := keep(tensor.Full([]int{d}, 1, tensor.BFloat16))
+		weightBytes += w.NBytes()
+		return &RMSNorm{Weight: w, Eps: cfg.Eps}
+	}
+	d := cfg.Hidden
+	m = &Gemma4{cfg: cfg, eos: []int{1}, dtype: tensor.BFloat16, embedScale: roundTo(math.Sqrt(float64(d)), tensor.BFloat16)}
+	wq, s, b := packed(cfg.Vocab, d)
+	m.Embed = &Embedding{Weight: wq, Scales: s, Biases: b, GroupSize: group, Bits: bits, DType: tensor.BFloat16}
+	ropes := map[string]*Rope{}
+	for i := range cfg.Layers {
+		spec := cfg.layer(i)
+		hd := spec.HeadDim
+		key := spec.Type + "/" + strconv.Itoa(hd)
+		if ropes[key] == nil {
+			f, err := gemma4RopeFreqs(tensor.Default(), cfg.RopeParameters[spec.Type], hd)
+			if err != nil {
+				panic(err)
+			}
+			ropes[key] = &Rope{Dims: hd, Scale: 1, Freqs: keep(f)}
+		}
+		blk := &gemma4Block{
+			spec: spec, heads: cfg.Heads, attnScale: 1, activation: tensor.GeluApprox, Rope: ropes[key],
+			InNorm: norm(d), PostAttnNorm: norm(d), PreFFNorm: norm(d), PostFFNorm: norm(d),
+			Q: linear(d, cfg.Heads*hd), QNorm: norm(hd), O: linear(cfg.Heads*hd, d),
+			K: linear(d, spec.KVHeads*hd), V: linear(d, spec.KVHeads*hd), KNorm: norm(hd), VNorm: &RMSNorm{Eps: cfg.Eps},
+			MLP: &MLP{Gate: linear(d, spec.MLPWidth), Up: linear(d, spec.MLPWidth), Down: linear(spec.MLPWidth, d), Act: tensor.GeluApprox},
+		}
+		if spec.Sliding {
+			blk.window = cfg.SlidingWindow
+		}
+		m.Blocks = append(m.Blocks, blk)
+	}
+	m.Norm = norm(d)
+	return m, owned, weightBytes
+}
+
+// readGBs measures memory read bandwidth the way the weights are read: a
+// 256 MiB buffer summed by GOMAXPROCS goroutines, best of passes.
+func readGBs(passes int) float64 {
+	buf := make([]uint64, 32<<20)
+	for i := range buf {
+		buf[i] = uint64(i)
+	}
+	w := runtime.GOMAXPROCS(0)
+	sums := make([]uint64, w)
+	best := 0.0
+	for range passes {
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		per := len(buf) / w
+		for g := range w {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var a0, a1, a2, a3 uint64
+				s := buf[g*per : (g+1)*per]
+				for i := 0; i+4 <= len(s); i += 4 {
+					a0 += s[i]
+					a1 += s[i+1]
+					a2 += s[i+2]
+					a3 += s[i+3]
+				}
+				sums[g] = a0 + a1 + a2 + a3
+			}()
+		}
+		wg.Wait()
+		best = max(best, float64(len(buf)*8)/time.Since(t0).Seconds()/1e9)
+	}
+	return best
+}
+
+// BenchmarkGemma4Decode1B4Bit measures batch-1 decode of a random 4-bit
+// 1B-shaped Gemma 4 on the default backend after a 32-token prefill, and
+// reports it against the roofline measured in the same run: weight bytes
+// read per token ÷ read bandwidth.
+func BenchmarkGemma4Decode1B4Bit(b *testing.B) {
+	cfg := gemma4Bench1B()
+	m, owned, wb := randomGemma4(cfg, 4)
+	defer tensor.Free(owned...)
+	caches := m.MakeCaches()
+	defer FreeCaches(caches)
+	prompt := make([]int32, 32)
+	for i := range prompt {
+		prompt[i] = int32(3 + 97*i%cfg.Vocab)
+	}
+	next := func(ids []int32) int32 {
+		sc := tensor.NewScope()
+		defer sc.Close()
+		h := m.Forward(idsArray(ids), caches, nil)
+		last := tensor.SliceAxis(h, 1, len(ids)-1, len(ids))
+		id := tensor.AsType(tensor.Argmax(m.Logits(last), -1, false), tensor.Int32)
+		raw := id.Bytes()
+		return int32(uint32(raw[0]) | uint32(raw[1])<<8 | uint32(raw[2])<<16 | uint32(raw[3])<<24)
+	}
+	tok := next(prompt)
+	bw := readGBs(5)
+	b.ResetTimer()
+	for b.Loop() {
+		tok = next([]int32{tok})
+	}
+	b.StopTimer()
+	tps := float64(b.N) / b.Elapsed().Seconds()
+	roof := bw * 1e9 / float64(wb)
+	b.ReportMetric(tps, "tok/s")
+	b.ReportMetric(float64(wb)/1e9, "GB-weights")
+	b.ReportMetric(bw, "read-GB/s")
+	b.ReportMetric(roof, "roofline-tok/s")
+	b.ReportMetric(tps/roof, "of-roofline")
+}

@@ -1,0 +1,196 @@
+package model
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// SwitchLinear is a bank of E expert matrices [E, out, in], plain or
+// affine-quantized, applied per token to the experts a router picked.
+type SwitchLinear struct {
+	Weight          *tensor.Array // [E, out, in] or uint32 [E, out, in·bits/32]
+	Scales, Biases  *tensor.Array // [E, out, in/group] when quantized
+	GroupSize, Bits int
+	Experts, In     int
+	Out             int
+}
+
+// Quantized reports whether the bank is affine-quantized.
+func (s *SwitchLinear) Quantized() bool { return s.Scales != nil }
+
+// expert returns expert e's [out, in] matrix as a plain Linear (views).
+func (s *SwitchLinear) expert(e int) (*Linear, []*tensor.Array) {
+	take := func(a *tensor.Array) *tensor.Array {
+		if a == nil {
+			return nil
+		}
+		v := tensor.SliceAxis(a, 0, e, e+1)
+		r := tensor.Squeeze(v, 0)
+		v.Free()
+		return r
+	}
+	l := &Linear{Weight: take(s.Weight), Scales: take(s.Scales), Biases: take(s.Biases), GroupSize: s.GroupSize, Bits: s.Bits}
+	return l, []*tensor.Array{l.Weight, l.Scales, l.Biases}
+}
+
+// SwitchLinear loads a stacked expert bank stored at name (name.weight
+// [E, out, in], or packed with name.scales and name.biases).
+func (w *Weights) SwitchLinear(name string, experts, in, out int) *SwitchLinear {
+	mod, spec, q := w.quantized(name)
+	s := &SwitchLinear{Experts: experts, In: in, Out: out}
+	if q {
+		s.Weight, s.Scales, s.Biases = w.packed(mod, spec, []int{experts}, out, in)
+		s.GroupSize, s.Bits = spec.GroupSize, spec.Bits
+		return s
+	}
+	s.Weight = w.load(w.must(name+".weight"), []int{experts, out, in}, tensor.Invalid)
+	return s
+}
+
+// StackedLinear builds a bank from per-expert plain matrices named by
+// nameOf(e) (HF checkpoints store experts.{e}.gate_proj.weight); the
+// stacked copy is owned by the weights. Per-expert quantized experts are
+// refused: MLX checkpoints store them stacked.
+func (w *Weights) StackedLinear(nameOf func(e int) string, experts, in, out int) *SwitchLinear {
+	parts := make([]*tensor.Array, experts)
+	for e := range experts {
+		base := nameOf(e)
+		if w.Has(base + ".scales") {
+			w.failf(w.must(base+".scales"), "per-expert quantized weights are not supported (MLX checkpoints stack experts)")
+		}
+		parts[e] = w.load(w.must(base+".weight"), []int{out, in}, tensor.Invalid)
+	}
+	stacked := tensor.Stack(parts, 0)
+	for _, p := range parts {
+		w.disown(p)
+	}
+	return &SwitchLinear{Weight: w.Own(stacked), Experts: experts, In: in, Out: out}
+}
+
+// disown frees a loaded array that was only an intermediate.
+func (w *Weights) disown(a *tensor.Array) {
+	for i, o := range w.owned {
+		if o == a {
+			w.owned = append(w.owned[:i], w.owned[i+1:]...)
+			break
+		}
+	}
+	a.Free()
+}
+
+// SwitchGLU is the expert MLP of mixture-of-experts blocks:
+// down_e(act(gate_e(x)) · up_e(x)) for each selected expert e. Quantized
+// banks go through GatherQMM (each token reads only its experts' weights);
+// plain banks group tokens by expert and run one matmul per used expert,
+// which needs the indices on the host (a sync, acceptable for the
+// floating-point path, which is for references and small models).
+type SwitchGLU struct {
+	Gate, Up, Down *SwitchLinear
+	// Act is the gate activation (nil: SiLU).
+	Act func(*tensor.Array) *tensor.Array
+}
+
+// Forward computes the experts' outputs for x [..., D] and inds [..., k]
+// (int32 expert ids), returning [..., k, D] (unweighted: the caller
+// applies the router's scores).
+func (s *SwitchGLU) Forward(x, inds *tensor.Array) *tensor.Array {
+	if x.NDim() != inds.NDim() || !equalInts(x.Shape()[:x.NDim()-1], inds.Shape()[:inds.NDim()-1]) {
+		panic(&tensor.Error{Op: "SwitchGLU", Err: fmt.Errorf("%w: x %v, indices %v", tensor.ErrShape, x.Shape(), inds.Shape())})
+	}
+	sc := tensor.NewScope()
+	defer sc.Close()
+	var out *tensor.Array
+	if s.Gate.Quantized() || s.Up.Quantized() || s.Down.Quantized() {
+		out = s.gathered(x, inds)
+	} else {
+		out = s.grouped(x, inds)
+	}
+	return sc.Keep(out)
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// apply runs one bank on per-token rows: x [..., 1, 1, in] with indices
+// [..., k] → [..., k, 1, out].
+func (sl *SwitchLinear) gather(x, inds *tensor.Array) *tensor.Array {
+	if sl.Quantized() {
+		return tensor.GatherQMM(x, sl.Weight, sl.Scales, sl.Biases, nil, inds, true, sl.GroupSize, sl.Bits)
+	}
+	// a plain bank mixed with quantized ones: gather the matrices
+	w := tensor.Take(sl.Weight, inds, 0) // [..., k, out, in]
+	wt := tensor.SwapAxes(w, -1, -2)
+	return tensor.Matmul(x, wt)
+}
+
+func (s *SwitchGLU) gathered(x, inds *tensor.Array) *tensor.Array {
+	xe := tensor.ExpandDims(tensor.ExpandDims(x, -2), -2) // [..., 1, 1, D]
+	g := s.Gate.gather(xe, inds)
+	u := s.Up.gather(xe, inds)
+	h := glu(s.Act, g, u) // [..., k, 1, I]
+	y := s.Down.gather(h, inds)
+	return tensor.Squeeze(y, -2)
+}
+
+func (s *SwitchGLU) grouped(x, inds *tensor.Array) *tensor.Array {
+	d := x.Dim(-1)
+	k := inds.Dim(-1)
+	flat := tensor.Reshape(x, -1, d)
+	n := flat.Dim(0)
+	ids := tensor.AsType(tensor.Reshape(inds, -1), tensor.Int32)
+	raw := ids.Bytes()
+	rows := make([][]int32, s.Gate.Experts) // token row per slot, by expert
+	slots := make([][]int, s.Gate.Experts)
+	for p := range n * k {
+		e := int(int32(binary.LittleEndian.Uint32(raw[4*p:])))
+		if e < 0 || e >= s.Gate.Experts {
+			panic(&tensor.Error{Op: "SwitchGLU", Err: fmt.Errorf("%w: expert index %d of %d", tensor.ErrArgument, e, s.Gate.Experts)})
+		}
+		rows[e] = append(rows[e], int32(p/k))
+		slots[e] = append(slots[e], p)
+	}
+	var outs []*tensor.Array
+	where := make([]int32, n*k) // slot → row of the concatenated outputs
+	at := 0
+	for e := range rows {
+		if len(rows[e]) == 0 {
+			continue
+		}
+		idx := int32s(x.Backend(), rows[e])
+		xe := tensor.Take(flat, idx, 0)
+		g, _ := s.Gate.expert(e)
+		u, _ := s.Up.expert(e)
+		dn, _ := s.Down.expert(e)
+		h := glu(s.Act, g.Forward(xe), u.Forward(xe))
+		outs = append(outs, dn.Forward(h))
+		for _, p := range slots[e] {
+			where[p] = int32(at)
+			at++
+		}
+	}
+	all := tensor.Concatenate(outs, 0)
+	perm := int32s(x.Backend(), where)
+	y := tensor.Take(all, perm, 0)
+	shape := append(append([]int(nil), inds.Shape()...), d)
+	return tensor.Reshape(y, shape...)
+}
+
+// int32s makes a 1-D int32 array on be.
+func int32s(be tensor.Backend, v []int32) *tensor.Array {
+	raw := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(raw[4*i:], uint32(x))
+	}
+	return tensor.FromBytesOn(be, raw, []int{len(v)}, tensor.Int32, false)
+}

@@ -1,124 +1,339 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/kv"
+	"github.com/mlxgo/mlxgo/mlxffi"
 	"github.com/mlxgo/mlxgo/model"
+	"github.com/mlxgo/mlxgo/sampler"
+	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
 func init() {
 	register(&command{
 		name:    "generate",
-		summary: "greedy-decode a continuation of a prompt",
+		summary: "generate a continuation of a prompt",
 		run:     runGenerate,
 	})
 }
 
-// runGenerate loads a model and decodes greedily through its caches. It is
-// the hook parity checks use (ids in, ids out); the sampler and generate
-// packages grow it into the full loop.
+// genFlags are the generate verb's flags.
+type genFlags struct {
+	dir, promptIDs, prompt, system, backend, kvConfig string
+	maxTokens, chunk, chunkOld, topK, logprobs        int
+	kvBits, kvGroup, kvStart                          int
+	temp, topP, minP, repPenalty                      float64
+	seed                                              uint64
+	raw, ignoreEOS, copyWeights, asJSON               bool
+	stops                                             []string
+}
+
+// runGenerate loads a model, builds the prompt (chat template applied to
+// --prompt unless --raw) and streams the continuation through the
+// generate package: text to stdout as it is decoded, statistics to
+// stderr; with --json one object with ids, text and stats.
 func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	var f genFlags
 	fl := newFlags("generate", stderr)
-	dir := fl.String("model", "", "model folder (config.json + safetensors) (required)")
-	promptIDs := fl.String("prompt-ids", "", "comma-separated prompt token ids")
-	prompt := fl.String("prompt", "", "prompt text (needs tokenizer.json in the model folder)")
-	maxTokens := fl.Int("max-tokens", 64, "tokens to generate at most")
-	temp := fl.Float64("temp", 0, "sampling temperature (only 0, greedy, for now)")
-	chunk := fl.Int("prefill-chunk", 512, "prompt tokens per forward pass during prefill")
-	ignoreEOS := fl.Bool("ignore-eos", false, "keep going past end-of-sequence tokens")
-	copyWeights := fl.Bool("copy-weights", false, "copy weights into memory instead of mapping the files")
-	asJSON := fl.Bool("json", false, `print {"ids": [...], "text": "..."}`)
+	fl.StringVar(&f.dir, "model", "", "model folder (config.json + safetensors) (required)")
+	fl.StringVar(&f.promptIDs, "prompt-ids", "", "comma-separated prompt token ids (used as is)")
+	fl.StringVar(&f.prompt, "prompt", "", "prompt text (needs tokenizer.json in the model folder)")
+	fl.StringVar(&f.system, "system", "", "system message for the chat template")
+	fl.BoolVar(&f.raw, "raw", false, "tokenize --prompt as is, without the chat template")
+	fl.IntVar(&f.maxTokens, "max-tokens", 256, "tokens to generate at most (-1: no limit)")
+	fl.IntVar(&f.chunk, "prefill-chunk-size", generate.DefaultPrefillChunkSize, "prompt tokens per forward pass during prefill")
+	fl.IntVar(&f.chunkOld, "prefill-chunk", 0, "alias of --prefill-chunk-size")
+	_ = fl.MarkHidden("prefill-chunk")
+	fl.Float64Var(&f.temp, "temp", 0, "sampling temperature (0: greedy)")
+	fl.Float64Var(&f.topP, "top-p", 0, "nucleus sampling threshold (0 or 1: off)")
+	fl.IntVar(&f.topK, "top-k", 0, "sample among the k most likely tokens (0: off)")
+	fl.Float64Var(&f.minP, "min-p", 0, "drop tokens less likely than min-p × the top one (0: off)")
+	fl.Uint64Var(&f.seed, "seed", 0, "random seed (default: drawn from the system)")
+	fl.Float64Var(&f.repPenalty, "repetition-penalty", 0, "penalty for tokens of the last 20 (0 or 1: off)")
+	fl.IntVar(&f.logprobs, "logprobs", 0, "report each token's logprob and the N most likely alternatives")
+	fl.StringArrayVar(&f.stops, "stop", nil, "stop when this text is generated (repeatable)")
+	fl.IntVar(&f.kvBits, "kv-bits", 0, "quantize the KV cache to this many bits (4 or 8; 0: off)")
+	fl.IntVar(&f.kvGroup, "kv-group-size", generate.DefaultKVGroupSize, "KV quantization group size")
+	fl.IntVar(&f.kvStart, "quantized-kv-start", generate.DefaultQuantizedKVStart, "context length from which the KV cache is quantized")
+	fl.StringVar(&f.kvConfig, "kv-config", "", "kv_config.json with per-layer KV bits and group sizes")
+	fl.StringVar(&f.backend, "backend", "auto", "compute backend: cpu, mlx, or auto (mlx when libmlxc loads, else cpu)")
+	fl.BoolVar(&f.ignoreEOS, "ignore-eos", false, "keep going past end-of-sequence tokens")
+	fl.BoolVar(&f.copyWeights, "copy-weights", false, "copy weights into memory instead of mapping the files")
+	fl.BoolVar(&f.asJSON, "json", false, `print {"ids": [...], "text": "...", "stats": {...}} instead of streaming`)
 	fl.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: mlxgo generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-tokens N] [--temp 0] [--json]")
+		fmt.Fprintln(stderr, "Usage: mlxgo generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [flags]")
 		fl.PrintDefaults()
 	}
 	if err := parseFlags(fl, args); err != nil {
 		return err
 	}
-	switch {
-	case *dir == "":
-		return fmt.Errorf("%w: --model is required", errUsage)
-	case (*promptIDs == "") == (*prompt == ""):
-		return fmt.Errorf("%w: give exactly one of --prompt-ids and --prompt", errUsage)
-	case *temp != 0:
-		return fmt.Errorf("%w: --temp %v: only greedy decoding (--temp 0) is implemented", errUsage, *temp)
-	case *maxTokens < 0 || *chunk <= 0:
-		return fmt.Errorf("%w: --max-tokens must be ≥ 0 and --prefill-chunk > 0", errUsage)
+	if fl.Changed("prefill-chunk") {
+		f.chunk = f.chunkOld
 	}
+	switch {
+	case fl.NArg() > 0:
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fl.Arg(0))
+	case f.dir == "":
+		return fmt.Errorf("%w: --model is required", errUsage)
+	case (f.promptIDs == "") == (f.prompt == ""):
+		return fmt.Errorf("%w: give exactly one of --prompt-ids and --prompt", errUsage)
+	case f.chunk <= 0:
+		return fmt.Errorf("%w: --prefill-chunk-size must be > 0", errUsage)
+	case f.logprobs < 0:
+		return fmt.Errorf("%w: --logprobs must be ≥ 0", errUsage)
+	}
+	if f.maxTokens == 0 {
+		return printResult(stdout, f.asJSON, nil, "", nil, generate.Stats{})
+	}
+	params := sampler.Params{Temperature: f.temp, TopP: f.topP, TopK: f.topK, MinP: f.minP,
+		RepetitionPenalty: f.repPenalty, TopLogprobs: f.logprobs, Logprobs: f.logprobs > 0}
+	if fl.Changed("seed") {
+		params.Seed = &f.seed
+	}
+	opts := &generate.Options{MaxTokens: f.maxTokens, PrefillChunkSize: f.chunk, Sampler: params,
+		KVBits: f.kvBits, KVGroupSize: f.kvGroup, QuantizedKVStart: f.kvStart}
+	if f.kvConfig != "" {
+		cfg, err := kv.ReadKVConfig(f.kvConfig)
+		if err != nil {
+			return fmt.Errorf("%w: --kv-config: %v", errUsage, err)
+		}
+		opts.KVConfig = cfg
+	}
+
+	be, mem, err := chooseBackend(f.backend, stderr)
+	if err != nil {
+		return err
+	}
+	tensor.SetDefault(be)
+	opts.Backend, opts.Memory = be, mem
+
 	var tok *tokenizer.Tokenizer
-	if _, err := os.Stat(filepath.Join(*dir, "tokenizer.json")); err == nil {
-		if tok, err = tokenizer.Load(*dir); err != nil {
+	if _, err := os.Stat(filepath.Join(f.dir, "tokenizer.json")); err == nil {
+		if tok, err = tokenizer.Load(f.dir); err != nil {
 			return err
 		}
 	}
-	var ids []int32
-	if *promptIDs != "" {
-		for _, f := range strings.Split(*promptIDs, ",") {
-			v, err := strconv.ParseInt(strings.TrimSpace(f), 10, 32)
-			if err != nil || v < 0 {
-				return fmt.Errorf("%w: --prompt-ids: %q is not a token id", errUsage, f)
-			}
-			ids = append(ids, int32(v))
-		}
-	} else {
-		if tok == nil {
-			return fmt.Errorf("--prompt needs %s/tokenizer.json; use --prompt-ids", *dir)
-		}
-		for _, v := range tok.Encode(*prompt, true) {
-			ids = append(ids, int32(v))
-		}
+	ids, err := promptTokens(&f, tok, stderr)
+	if err != nil {
+		return err
 	}
-	m, err := model.Load(*dir, &model.LoadOptions{Copy: *copyWeights})
+	m, err := model.Load(f.dir, &model.LoadOptions{Backend: be, Copy: f.copyWeights})
 	if err != nil {
 		return err
 	}
 	defer m.Close()
 	info := m.Info()
-	for _, id := range ids {
-		if int(id) >= info.Vocab {
-			return fmt.Errorf("%w: prompt id %d is outside the vocabulary (%d)", errUsage, id, info.Vocab)
+	if !f.ignoreEOS {
+		for _, id := range info.EOS {
+			opts.EOS = append(opts.EOS, int32(id))
+		}
+		if tok != nil {
+			for _, id := range tok.Config.EOSTokenIDs {
+				if !slices.Contains(opts.EOS, int32(id)) {
+					opts.EOS = append(opts.EOS, int32(id))
+				}
+			}
 		}
 	}
-	var stop func(int32) bool
-	if !*ignoreEOS && len(info.EOS) > 0 {
-		stop = func(id int32) bool { return slices.Contains(info.EOS, int(id)) }
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	s, err := generate.Generate(ctx, generate.Wrap(m, info.Vocab), ids, opts)
+	if errors.Is(err, sampler.ErrInvalidParams) {
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	out := []int32{}
-	if *maxTokens > 0 {
-		if out, err = model.Greedy(m, ids, *maxTokens, *chunk, stop); err != nil {
-			return err
-		}
-	}
-	text := ""
-	if tok != nil {
-		ints := make([]int, len(out))
-		for i, v := range out {
-			ints[i] = int(v)
-		}
-		text = tok.Decode(ints, true)
-	}
-	if *asJSON {
-		return json.NewEncoder(stdout).Encode(struct {
-			IDs  []int32 `json:"ids"`
-			Text string  `json:"text"`
-		}{out, text})
-	}
-	if tok != nil {
-		_, err = fmt.Fprintln(stdout, text)
+	if err != nil {
 		return err
 	}
-	strs := make([]string, len(out))
-	for i, v := range out {
-		strs[i] = strconv.Itoa(int(v))
+	defer s.Close()
+
+	var detok *tokenizer.Detokenizer
+	if tok != nil {
+		detok = tok.NewDetokenizer(true)
 	}
-	_, err = fmt.Fprintln(stdout, strings.Join(strs, ","))
-	return err
+	stopper := generate.NewStopMatcher(f.stops...)
+	var out []int32
+	var lps []tokenLogprobs
+	var text strings.Builder
+	emit := func(piece string) {
+		text.WriteString(piece)
+		if !f.asJSON {
+			fmt.Fprint(stdout, piece)
+		}
+	}
+	stopped := false
+	var genErr error
+	for t, err := range s.Tokens() {
+		if err != nil {
+			genErr = err
+			break
+		}
+		out = append(out, t.ID)
+		if f.logprobs > 0 {
+			lps = append(lps, newTokenLogprobs(t))
+		}
+		if detok == nil {
+			if !f.asJSON {
+				sep := ","
+				if len(out) == 1 {
+					sep = ""
+				}
+				fmt.Fprint(stdout, sep+strconv.Itoa(int(t.ID)))
+			}
+			continue
+		}
+		piece, hit := stopper.Add(detok.Add(int(t.ID)))
+		emit(piece)
+		if hit {
+			stopped = true
+			break
+		}
+	}
+	if detok != nil && !stopped {
+		piece, hit := stopper.Add(detok.Flush())
+		emit(piece)
+		if !hit {
+			emit(stopper.Flush())
+		}
+	}
+	st := s.Stats()
+	if genErr != nil && !errors.Is(genErr, context.Canceled) {
+		return genErr
+	}
+	if f.asJSON {
+		return printResult(stdout, true, out, text.String(), lps, st)
+	}
+	fmt.Fprintln(stdout)
+	printStats(stderr, st)
+	return nil
+}
+
+// chooseBackend opens the backend the --backend flag names; auto prefers
+// MLX and falls back to the CPU backend when libmlxc is not installed.
+func chooseBackend(name string, stderr io.Writer) (tensor.Backend, generate.MemoryInfo, error) {
+	switch name {
+	case "cpu":
+		be, err := tensor.Open("cpu")
+		return be, nil, err
+	case "mlx", "auto":
+		be, err := mlxffi.Open()
+		if err == nil {
+			return be, mlxMemory{}, nil
+		}
+		if name == "mlx" {
+			return nil, nil, err
+		}
+		if !errors.Is(err, mlxffi.ErrNotFound) {
+			fmt.Fprintf(stderr, "mlxgo: MLX unavailable (%v); using the CPU backend\n", err)
+		}
+		be2, err := tensor.Open("cpu")
+		return be2, nil, err
+	default:
+		return nil, nil, fmt.Errorf("%w: --backend %q (want cpu, mlx or auto)", errUsage, name)
+	}
+}
+
+// mlxMemory reports MLX's allocator statistics to the generation loop.
+type mlxMemory struct{}
+
+func (mlxMemory) PeakMemory() (uint64, error) { return mlxffi.PeakMemory() }
+func (mlxMemory) ClearCache() error           { return mlxffi.ClearCache() }
+
+// promptTokens turns --prompt-ids or --prompt into token ids. A --prompt
+// goes through the model's chat template (as one user message, after the
+// --system message) unless --raw or the model has none; like mlx-lm, the
+// tokenizer's special tokens are added only when the rendered text does
+// not already start with the BOS token.
+func promptTokens(f *genFlags, tok *tokenizer.Tokenizer, stderr io.Writer) ([]int32, error) {
+	var ids []int32
+	if f.promptIDs != "" {
+		for _, s := range strings.Split(f.promptIDs, ",") {
+			v, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32)
+			if err != nil || v < 0 {
+				return nil, fmt.Errorf("%w: --prompt-ids: %q is not a token id", errUsage, s)
+			}
+			ids = append(ids, int32(v))
+		}
+		return ids, nil
+	}
+	if tok == nil {
+		return nil, fmt.Errorf("--prompt needs %s/tokenizer.json; use --prompt-ids", f.dir)
+	}
+	text := f.prompt
+	if !f.raw {
+		if ct, err := tok.ChatTemplate(""); err != nil {
+			fmt.Fprintf(stderr, "mlxgo: no chat template (%v); using the prompt as is (--raw)\n", err)
+		} else {
+			var msgs []map[string]string
+			if f.system != "" {
+				msgs = append(msgs, map[string]string{"role": "system", "content": f.system})
+			}
+			msgs = append(msgs, map[string]string{"role": "user", "content": f.prompt})
+			if text, err = ct.Render(tokenizer.ChatRequest{Messages: msgs, AddGenerationPrompt: true}); err != nil {
+				return nil, fmt.Errorf("chat template: %w", err)
+			}
+		}
+	}
+	bos := tok.Config.SpecialTokens["bos_token"]
+	addSpecial := f.raw || bos == "" || !strings.HasPrefix(text, bos)
+	for _, v := range tok.Encode(text, addSpecial) {
+		ids = append(ids, int32(v))
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("%w: the prompt encodes to no tokens", errUsage)
+	}
+	return ids, nil
+}
+
+// tokenLogprobs is one token's logprobs in --json output.
+type tokenLogprobs struct {
+	ID      int32            `json:"id"`
+	Logprob float32          `json:"logprob"`
+	Top     []map[string]any `json:"top"`
+}
+
+func newTokenLogprobs(t generate.Token) tokenLogprobs {
+	out := tokenLogprobs{ID: t.ID, Logprob: t.Logprob}
+	for _, a := range t.Top {
+		out.Top = append(out.Top, map[string]any{"id": a.ID, "logprob": a.Logprob})
+	}
+	return out
+}
+
+func printResult(w io.Writer, asJSON bool, ids []int32, text string, lps []tokenLogprobs, st generate.Stats) error {
+	if ids == nil {
+		ids = []int32{}
+	}
+	if !asJSON {
+		_, err := fmt.Fprintln(w, text)
+		return err
+	}
+	return json.NewEncoder(w).Encode(struct {
+		IDs      []int32         `json:"ids"`
+		Text     string          `json:"text"`
+		Logprobs []tokenLogprobs `json:"logprobs,omitempty"`
+		Stats    generate.Stats  `json:"stats"`
+	}{ids, text, lps, st})
+}
+
+// printStats writes mlx-lm's summary lines.
+func printStats(w io.Writer, st generate.Stats) {
+	fmt.Fprintf(w, "Prompt: %d tokens (%d cached), %.3f tokens-per-sec\n", st.PromptTokens, st.CachedTokens, st.PrefillTPS)
+	fmt.Fprintf(w, "Generation: %d tokens, %.3f tokens-per-sec\n", st.GeneratedTokens, st.DecodeTPS)
+	if st.PeakMemory > 0 {
+		fmt.Fprintf(w, "Peak memory: %.3f GB\n", float64(st.PeakMemory)/1e9)
+	}
 }

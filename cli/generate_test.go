@@ -52,7 +52,7 @@ func TestGenerateMatchesHF(t *testing.T) {
 	if code, out, errs := run(t, "generate", "--model", dst, "--prompt-ids", "5,6,7", "--max-tokens", "4", "--json", "--ignore-eos"); code != 0 || !strings.Contains(out, `"ids":[`) {
 		t.Fatalf("generate on converted: exit %d: %s %s", code, out, errs)
 	}
-	if code, _, _ := run(t, "generate", "--model", filepath.Join(fx, "f32"), "--prompt-ids", "1", "--temp", "0.7"); code != 2 {
-		t.Errorf("--temp 0.7: exit %d, want 2 (usage)", code)
+	if code, _, _ := run(t, "generate", "--model", filepath.Join(fx, "f32"), "--prompt-ids", "1", "--temp", "-1"); code != 2 {
+		t.Errorf("--temp -1: exit %d, want 2 (usage)", code)
 	}
 }

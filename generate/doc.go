@@ -1,2 +1,33 @@
 // Package generate is the generation loop: chunked prefill, pipelined decode, prompt caching and statistics.
+//
+// Generate runs a Model (an interface defined here, so that this package
+// names no concrete model or backend) over a prompt and returns a Stream
+// whose Tokens iterator yields sampled tokens one at a time:
+//
+//	s, err := generate.Generate(ctx, m, promptIDs, &generate.Options{MaxTokens: 128, EOS: eos})
+//	if err != nil { ... }
+//	defer s.Close()
+//	for tok, err := range s.Tokens() { ... }
+//	st := s.Stats() // complete also when the loop was left early
+//
+// The loop follows mlx-lm's generate_step: the prompt (less what
+// pre-warmed caches already hold) is prefilled in chunks, its last token
+// alone in an L = 1 forward pass so that the first token's logits come
+// from the same computation as every later one; then decoding is
+// pipelined — step n+1 is dispatched (tensor.AsyncEval) before step n's
+// token is read back, so on a lazy backend the host builds the next graph
+// while the device computes. Requests whose next step depends on the
+// token on the host (a grammar, whose mask needs it, and the
+// history-based penalties of the sampler) read each token eagerly instead.
+//
+// PromptCache keeps snapshots of KV caches keyed by the tokens they hold,
+// so that a chat's next turn only prefills what is new, and StopMatcher
+// finds stop strings in streamed text while holding back the text that
+// might be the start of one.
+//
+// Arrays: everything the loop makes is freed by the loop, whatever way the
+// iteration ends (tensortest.NoLeaks holds). Scopes in package tensor are
+// process-wide, so a Stream must be iterated by one goroutine at a time
+// while no other goroutine uses tensor scopes: the engine goroutine that
+// owns the model.
 package generate

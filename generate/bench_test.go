@@ -1,0 +1,152 @@
+package generate_test
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/kv"
+	"github.com/mlxgo/mlxgo/model"
+	"github.com/mlxgo/mlxgo/sampler"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// trivialModel's forward pass is a constant: what remains of a step is
+// the loop's own work (input arrays, scopes, the sampler's argmax and the
+// read-back).
+type trivialModel struct{ vocab int }
+
+func (m trivialModel) Forward(ids *tensor.Array, _ []kv.Cache) (*tensor.Array, error) {
+	return tensor.Zeros([]int{1, ids.Dim(1), 8}, tensor.Float32), nil
+}
+func (m trivialModel) Logits(h *tensor.Array) (*tensor.Array, error) {
+	return tensor.Full([]int{1, h.Dim(1), m.vocab}, 0.5, tensor.Float32), nil
+}
+func (m trivialModel) MakeCaches() []kv.Cache { return []kv.Cache{kv.NewKVCache()} }
+func (m trivialModel) VocabSize() int         { return m.vocab }
+
+// BenchmarkHostOverhead measures the loop's cost per token with a trivial
+// forward pass, against a baseline measured in the same run: the same
+// forward, logits and sampler step done by hand without the loop.
+func BenchmarkHostOverhead(b *testing.B) {
+	m := trivialModel{vocab: 64}
+	// Baseline: the unavoidable work of a step, by hand (best of two
+	// passes, one before and one after the loop, as the machine drifts).
+	baseline := func() float64 {
+		smp, err := sampler.New(sampler.Params{}, m.vocab)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer smp.Free()
+		const n = 20000
+		t0 := time.Now()
+		for range n {
+			sc := tensor.NewScope()
+			in := tensor.FromInt32([]int32{1}, []int{1, 1})
+			h, _ := m.Forward(in, nil)
+			l, _ := m.Logits(h)
+			st, _ := smp.Step(tensor.Reshape(l, 1, m.vocab), nil, nil)
+			tensor.Detach(st.Arrays()...)
+			sc.Close()
+			st.Results()
+		}
+		return float64(time.Since(t0).Nanoseconds()) / n
+	}
+	baseNs := baseline()
+	b.ResetTimer()
+	s, err := generate.Generate(context.Background(), m, []int32{1, 2, 3}, &generate.Options{MaxTokens: b.N})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	for _, err := range s.Tokens() {
+		if err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	b.StopTimer()
+	s.Close()
+	per := float64(b.Elapsed().Nanoseconds()) / float64(n)
+	baseNs = min(baseNs, baseline())
+	b.ReportMetric(per/1000, "µs/token")
+	b.ReportMetric(baseNs/1000, "baseline-µs/token")
+	b.ReportMetric((per-baseNs)/1000, "overhead-µs/token")
+}
+
+// BenchmarkDecode1B4bit measures decode tokens/s through Generate of a
+// random 1B-shaped 4-bit Llama (hidden 2048, 16 layers, GQA 32/8, FFN
+// 8192, vocab 32000) on the CPU backend, as a fraction of the roofline
+// (bytes of weights a step reads ÷ read bandwidth measured in the run).
+func BenchmarkDecode1B4bit(b *testing.B) {
+	dir, stepBytes := writeLlama(b, llamaShape{Hidden: 2048, Layers: 16, Heads: 32, KVHeads: 8, HeadDim: 64, FFN: 8192, Vocab: 32000}, 4)
+	lm, err := model.Load(dir, &model.LoadOptions{Copy: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lm.Close()
+	m := generate.Wrap(lm, lm.Info().Vocab)
+	prompt := make([]int32, 32)
+	for i := range prompt {
+		prompt[i] = int32(i*7 + 3)
+	}
+	gbs := readGBs(3)
+	b.ResetTimer()
+	s, err := generate.Generate(context.Background(), m, prompt, &generate.Options{MaxTokens: b.N + 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, err := range s.Tokens() {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	st := s.Stats()
+	s.Close()
+	roof := gbs * 1e9 / float64(stepBytes)
+	b.ReportMetric(st.DecodeTPS, "tok/s")
+	b.ReportMetric(roof, "roofline-tok/s")
+	b.ReportMetric(st.DecodeTPS/roof, "ratio")
+	b.ReportMetric(st.PrefillTPS, "prefill-tok/s")
+	b.ReportMetric(gbs, "read-GB/s")
+	b.Logf("%d decode tokens; weights read per token %.3f GB", st.GeneratedTokens-1, float64(stepBytes)/1e9)
+}
+
+// readGBs measures memory read bandwidth as decode reads weights: a 256
+// MiB buffer summed by GOMAXPROCS goroutines, best of passes.
+func readGBs(passes int) float64 {
+	buf := make([]uint64, 32<<20)
+	for i := range buf {
+		buf[i] = uint64(i)
+	}
+	w := runtime.GOMAXPROCS(0)
+	sums := make([]uint64, w)
+	best := 0.0
+	for range passes {
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		per := len(buf) / w
+		for g := range w {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var a0, a1, a2, a3 uint64
+				s := buf[g*per : (g+1)*per]
+				for i := 0; i+4 <= len(s); i += 4 {
+					a0 += s[i]
+					a1 += s[i+1]
+					a2 += s[i+2]
+					a3 += s[i+3]
+				}
+				sums[g] = a0 + a1 + a2 + a3
+			}()
+		}
+		wg.Wait()
+		best = max(best, float64(len(buf)*8)/time.Since(t0).Seconds()/1e9)
+	}
+	return best
+}

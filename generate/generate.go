@@ -1,0 +1,629 @@
+package generate
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"iter"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/mlxgo/mlxgo/kv"
+	"github.com/mlxgo/mlxgo/sampler"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// Model is what the loop needs from a model. It is defined here, not in
+// package model, so that generate depends on no concrete model; Wrap
+// adapts model.Model (whose Forward takes an extra options argument).
+type Model interface {
+	// Forward runs ids [B, T] (int32) through the model at the caches'
+	// offsets, appending to them, and returns hidden states [B, T, D] the
+	// caller owns.
+	Forward(ids *tensor.Array, caches []kv.Cache) (*tensor.Array, error)
+	// Logits maps hidden states [B, T, D] to logits [B, T, V] the caller owns.
+	Logits(hidden *tensor.Array) (*tensor.Array, error)
+	// MakeCaches returns fresh caches, one per layer (nil entries for
+	// layers that read another layer's cache); the caller frees them.
+	MakeCaches() []kv.Cache
+	// VocabSize is V, the width of the logits.
+	VocabSize() int
+}
+
+// Grammar constrains sampling to what a grammar allows. It is the subset
+// of grammar.TokenMatcher the loop uses (*grammar.Matcher implements it);
+// defined here so generate does not depend on package grammar.
+type Grammar interface {
+	// AcceptToken advances the grammar by a sampled token; false means the
+	// grammar rejects it (the loop then fails: the mask should have
+	// prevented it).
+	AcceptToken(id int) bool
+	// FillNextTokenBitmask writes the allowed next tokens: bit i%32 of word
+	// i/32 is 1 when token i is allowed. The slice has ceil(V/32) words.
+	FillNextTokenBitmask(mask []int32) error
+	// IsTerminated reports whether the grammar accepted a stop token, after
+	// which nothing more may be generated.
+	IsTerminated() bool
+}
+
+// MemoryInfo is the optional memory interface of a backend (an allocator
+// with a buffer cache and a high-water mark, as MLX has). The loop uses it
+// when Options.Memory is set or the backend implements it.
+type MemoryInfo interface {
+	// PeakMemory is the largest number of bytes the backend held at once.
+	PeakMemory() (uint64, error)
+	// ClearCache returns cached, unused buffers to the system; the loop
+	// calls it between prefill chunks so their transients do not pile up.
+	ClearCache() error
+}
+
+// DefaultMaxTokens is the generation limit when Options.MaxTokens is 0
+// (mlx-lm's default).
+const DefaultMaxTokens = 256
+
+// DefaultPrefillChunkSize is the prefill chunk when Options.PrefillChunkSize
+// is 0 (mlx-lm's prefill_step_size).
+const DefaultPrefillChunkSize = 2048
+
+// DefaultKVGroupSize is the KV quantization group when Options.KVGroupSize
+// is 0 (mlx-lm's kv_group_size).
+const DefaultKVGroupSize = 64
+
+// DefaultQuantizedKVStart is mlx-lm's command-line default for the offset
+// from which KV caches are quantized. Options.QuantizedKVStart is taken
+// literally (0 = from the first token, generate_step's default); the CLI
+// uses this value as its flag default.
+const DefaultQuantizedKVStart = 5000
+
+// Options configure one generation. The zero value is greedy decoding of
+// up to DefaultMaxTokens tokens through fresh caches.
+type Options struct {
+	// MaxTokens caps the generated tokens: 0 means DefaultMaxTokens, a
+	// negative value means no cap (until EOS, the grammar or the context).
+	MaxTokens int
+	// EOS ends generation when sampled; the EOS token itself is not
+	// yielded (Stats.StopReason is StopEOS).
+	EOS []int32
+	// PrefillChunkSize is the number of prompt tokens per forward pass
+	// during prefill (0: DefaultPrefillChunkSize).
+	PrefillChunkSize int
+	// Sampler holds the sampling and logits-processor parameters, logprobs
+	// and top logprobs included.
+	Sampler sampler.Params
+	// Grammar, when set, masks every step to the tokens it allows.
+	Grammar Grammar
+
+	// Caches are pre-warmed caches (from a PromptCache): their offset
+	// counts as already prefilled and must be smaller than the prompt
+	// (the caller guarantees they hold the prompt's first tokens). The
+	// caller keeps ownership; the loop appends to them and may replace
+	// entries with quantized caches in place. Nil: fresh caches that the
+	// Stream owns (see Stream.TakeCaches).
+	Caches []kv.Cache
+
+	// OnPrefillDone, when set, is called once, when the caches hold exactly
+	// SnapshotAt tokens of the prompt, before any further KV is written:
+	// the moment to snapshot them (cloning: the loop keeps writing). The
+	// prefill is split at SnapshotAt. It is not called when pre-warmed
+	// caches already hold more than SnapshotAt tokens.
+	OnPrefillDone func(caches []kv.Cache, tokens int)
+	// SnapshotAt is where OnPrefillDone fires (0: the whole prompt, after
+	// the last prompt token's forward pass).
+	SnapshotAt int
+	// OnPrefillProgress, when set, is called after every prefill chunk
+	// with the prompt tokens processed so far and the prompt length.
+	OnPrefillProgress func(done, total int)
+
+	// KVBits quantizes the caches (4 or 8; 0: never) once their offset
+	// reaches QuantizedKVStart, with KVGroupSize (0: DefaultKVGroupSize).
+	KVBits, KVGroupSize, QuantizedKVStart int
+	// KVConfig overrides bits and group size per layer (kv.ReadKVConfig).
+	KVConfig map[int]kv.QuantSpec
+
+	// Backend is where the loop creates its input arrays (nil:
+	// tensor.Default()); it must be the model's.
+	Backend tensor.Backend
+	// Memory reports peak memory and clears allocator caches (nil: the
+	// backend's own, when it implements MemoryInfo).
+	Memory MemoryInfo
+}
+
+// Token is one generated token.
+type Token struct {
+	// ID is the token id.
+	ID int32
+	// Index counts generated tokens from 0.
+	Index int
+	// Logprob is the token's log-probability (after the logits processors
+	// and the grammar mask, before truncation); NaN unless asked for.
+	Logprob float32
+	// Top holds the most likely alternatives, when asked for.
+	Top []sampler.TokenLogprob
+}
+
+// Stop reasons recorded in Stats.StopReason.
+const (
+	StopEOS       = "eos"       // an EOS token was sampled
+	StopLength    = "length"    // MaxTokens were generated
+	StopGrammar   = "grammar"   // the grammar terminated
+	StopCancelled = "cancelled" // the context was cancelled
+	StopConsumer  = "consumer"  // the caller left the loop
+	StopError     = "error"     // a forward pass or the sampler failed
+)
+
+// Stats describes a finished (or abandoned) generation.
+type Stats struct {
+	PromptTokens    int `json:"prompt_tokens"`
+	CachedTokens    int `json:"cached_tokens"`    // prompt tokens the pre-warmed caches held
+	PrefillTokens   int `json:"prefill_tokens"`   // prompt tokens run through the model
+	GeneratedTokens int `json:"generated_tokens"` // tokens yielded (EOS excluded)
+	// PrefillMs runs from the start of the iteration to the first token
+	// read back; PrefillTPS is PrefillTokens over it.
+	PrefillMs  float64 `json:"prefill_ms"`
+	PrefillTPS float64 `json:"prefill_tps"`
+	// DecodeMs runs from the first token to the last one read back;
+	// DecodeTPS is the tokens after the first over it.
+	DecodeMs  float64 `json:"decode_ms"`
+	DecodeTPS float64 `json:"decode_tps"`
+	// PeakMemory is the backend's high-water mark in bytes (0: unknown).
+	PeakMemory uint64 `json:"peak_memory"`
+	// StopReason is one of the Stop constants.
+	StopReason string `json:"stop_reason"`
+	// Pipelined reports whether decode dispatched step n+1 before reading
+	// step n (false with a grammar or history-based penalties).
+	Pipelined bool `json:"pipelined"`
+	// CacheTokens are exactly the tokens whose KV the caches hold, in
+	// order: the key under which PromptCache.Put stores them.
+	CacheTokens []int32 `json:"-"`
+}
+
+// Stream is one generation in progress. Iterate Tokens once, then read
+// Stats; Close frees what the stream owns.
+type Stream struct {
+	ctx    context.Context
+	m      Model
+	prompt []int32
+	o      Options
+	be     tensor.Backend
+	mem    MemoryInfo
+	smp    *sampler.Sampler
+	caches []kv.Cache
+	owned  bool // the stream made the caches and frees them
+	plan   kv.QuantPlan
+	quant  bool
+	vocab  int
+	stats  Stats
+	used   bool
+	err    error
+	closed bool
+}
+
+// Generate validates the request and prepares a Stream; nothing runs
+// until Tokens is iterated. Errors here are the caller's (bad sampling
+// parameters are *sampler.ParamError, which servers map to HTTP 400).
+func Generate(ctx context.Context, m Model, prompt []int32, opts *Options) (*Stream, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if len(prompt) == 0 {
+		return nil, errors.New("generate: empty prompt")
+	}
+	vocab := m.VocabSize()
+	for i, id := range prompt {
+		if id < 0 || int(id) >= vocab {
+			return nil, fmt.Errorf("generate: prompt token %d (position %d) is outside the vocabulary [0, %d)", id, i, vocab)
+		}
+	}
+	if o.MaxTokens == 0 {
+		o.MaxTokens = DefaultMaxTokens
+	}
+	if o.PrefillChunkSize == 0 {
+		o.PrefillChunkSize = DefaultPrefillChunkSize
+	}
+	if o.PrefillChunkSize < 0 {
+		return nil, fmt.Errorf("generate: prefill chunk size %d", o.PrefillChunkSize)
+	}
+	if o.SnapshotAt == 0 {
+		o.SnapshotAt = len(prompt)
+	}
+	if o.SnapshotAt < 0 || o.SnapshotAt > len(prompt) {
+		return nil, fmt.Errorf("generate: snapshot at %d outside the prompt of %d tokens", o.SnapshotAt, len(prompt))
+	}
+	if o.KVGroupSize == 0 {
+		o.KVGroupSize = DefaultKVGroupSize
+	}
+	if o.KVBits != 0 {
+		q, err := kv.NewQuantizedKVCache(o.KVGroupSize, o.KVBits)
+		if err != nil {
+			return nil, fmt.Errorf("generate: KV quantization: %w", err)
+		}
+		q.Free()
+	}
+	if o.QuantizedKVStart < 0 {
+		return nil, fmt.Errorf("generate: quantized KV start %d", o.QuantizedKVStart)
+	}
+	s := &Stream{ctx: ctx, m: m, prompt: slices.Clone(prompt), o: o, vocab: vocab}
+	s.be = o.Backend
+	if s.be == nil {
+		if err := tensor.Try(func() { s.be = tensor.Default() }); err != nil {
+			return nil, err
+		}
+	}
+	s.mem = o.Memory
+	if s.mem == nil {
+		s.mem, _ = s.be.(MemoryInfo)
+	}
+	s.plan = kv.QuantPlan{Default: kv.QuantSpec{Bits: o.KVBits, GroupSize: o.KVGroupSize}, PerLayer: o.KVConfig, Start: o.QuantizedKVStart}
+	s.quant = o.KVBits != 0
+	for _, spec := range o.KVConfig {
+		s.quant = s.quant || spec.Bits != 0
+	}
+	if o.Caches != nil {
+		off := -1
+		for i, c := range o.Caches {
+			if c == nil {
+				continue
+			}
+			if off >= 0 && c.Offset() != off {
+				return nil, fmt.Errorf("generate: pre-warmed caches disagree: layer %d holds %d tokens, an earlier one %d", i, c.Offset(), off)
+			}
+			off = c.Offset()
+		}
+		if off >= len(prompt) {
+			return nil, fmt.Errorf("generate: pre-warmed caches hold %d tokens, not a strict prefix of the %d-token prompt", off, len(prompt))
+		}
+		s.caches = o.Caches
+		s.stats.CachedTokens = max(off, 0)
+	}
+	smp, err := sampler.NewOn(s.be, o.Sampler, vocab)
+	if err != nil {
+		return nil, err
+	}
+	s.smp = smp
+	if s.caches == nil {
+		s.caches = m.MakeCaches()
+		s.owned = true
+	}
+	s.stats.PromptTokens = len(prompt)
+	s.stats.PrefillTokens = len(prompt) - s.stats.CachedTokens
+	return s, nil
+}
+
+// Stats returns the statistics so far; after Tokens' loop ends (however
+// it ends) they are final.
+func (s *Stream) Stats() Stats { return s.stats }
+
+// Err is the error that ended the stream, if any (it was also yielded).
+func (s *Stream) Err() error { return s.err }
+
+// Caches returns the caches the stream writes to (owned by the stream
+// unless they were Options.Caches or TakeCaches was called).
+func (s *Stream) Caches() []kv.Cache { return s.caches }
+
+// TakeCaches hands the caches to the caller (to put into a PromptCache,
+// say, with Stats().CacheTokens): Close no longer frees them.
+func (s *Stream) TakeCaches() []kv.Cache {
+	s.owned = false
+	return s.caches
+}
+
+// Close frees the sampler and the caches the stream owns. It is safe to
+// call more than once.
+func (s *Stream) Close() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	s.smp.Free()
+	if s.owned {
+		for _, c := range s.caches {
+			if c != nil {
+				c.Free()
+			}
+		}
+	}
+	s.caches = nil
+}
+
+// pending is a dispatched step: the sampler's lazy outputs and whether
+// its input token was the host's (eager) or the previous step's array.
+type pending struct {
+	st *sampler.Step
+}
+
+func (p *pending) free() {
+	if p != nil && p.st != nil {
+		tensor.Eval(p.st.Arrays()...) // let in-flight work finish before its arrays go
+		p.st.Free()
+		p.st = nil
+	}
+}
+
+// Tokens runs the generation, yielding each token with a nil error; a
+// failure is yielded last as (Token{}, err). Leaving the loop early stops
+// generation at once (the in-flight step is completed and freed) and
+// Stats are final afterwards. A Stream can be iterated once.
+func (s *Stream) Tokens() iter.Seq2[Token, error] {
+	return func(yield func(Token, error) bool) {
+		if s.used || s.closed {
+			yield(Token{}, errors.New("generate: stream already consumed or closed"))
+			return
+		}
+		s.used = true
+		if err := s.run(yield); err != nil {
+			s.err = err
+			if s.stats.StopReason == "" {
+				s.stats.StopReason = StopError
+			}
+			if !errors.Is(err, errConsumer) {
+				yield(Token{}, err)
+			}
+		}
+		if s.mem != nil {
+			if p, err := s.mem.PeakMemory(); err == nil {
+				s.stats.PeakMemory = p
+			}
+		}
+	}
+}
+
+// errConsumer marks the end the consumer chose; it is not yielded.
+var errConsumer = errors.New("generate: consumer stopped")
+
+// pipelinable reports whether step n+1 can be built before step n's token
+// is on the host: nothing that needs the token on the host may be on.
+func (s *Stream) pipelinable() bool {
+	p := s.o.Sampler
+	return s.o.Grammar == nil && (p.RepetitionPenalty == 0 || p.RepetitionPenalty == 1) &&
+		p.PresencePenalty == 0 && p.FrequencyPenalty == 0
+}
+
+func (s *Stream) run(yield func(Token, error) bool) (err error) {
+	defer tensor.Recover(&err)
+	start := time.Now()
+	total := len(s.prompt)
+	pos := s.stats.CachedTokens
+	cacheToks := slices.Clone(s.prompt[:pos])
+	defer func() { s.stats.CacheTokens = cacheToks }()
+	snap := s.o.SnapshotAt
+	fired := s.o.OnPrefillDone == nil || snap < pos
+	fire := func() {
+		if !fired && pos == snap {
+			fired = true
+			s.o.OnPrefillDone(s.caches, pos)
+		}
+	}
+	fire()
+	cancelled := func() bool {
+		if s.ctx != nil && s.ctx.Err() != nil {
+			s.stats.StopReason = StopCancelled
+			return true
+		}
+		return false
+	}
+	// Prefill all but the last prompt token, in chunks split at the snapshot.
+	for total-pos > 1 {
+		if cancelled() {
+			return s.ctx.Err()
+		}
+		n := min(s.o.PrefillChunkSize, total-1-pos)
+		if !fired && pos < snap && snap < pos+n {
+			n = snap - pos
+		}
+		if err := s.prefillChunk(s.prompt[pos : pos+n]); err != nil {
+			return err
+		}
+		cacheToks = append(cacheToks, s.prompt[pos:pos+n]...)
+		pos += n
+		if s.o.OnPrefillProgress != nil {
+			s.o.OnPrefillProgress(pos, total)
+		}
+		fire()
+		runtime.Gosched() // let a server's other goroutines run between chunks
+	}
+	if cancelled() {
+		return s.ctx.Err()
+	}
+
+	pipelined := s.pipelinable()
+	s.stats.Pipelined = pipelined
+	var history []int32
+	if !pipelined {
+		history = slices.Clone(s.prompt)
+	}
+	var mask []int32
+	if s.o.Grammar != nil {
+		mask = make([]int32, (s.vocab+31)/32)
+	}
+	// Step 0: the last prompt token alone.
+	cur, err := s.dispatch(s.hostIDs(s.prompt[total-1:]), history, mask)
+	if err != nil {
+		return err
+	}
+	cacheToks = append(cacheToks, s.prompt[total-1])
+	pos = total
+	defer func() { cur.free() }()
+	fire()
+
+	var first time.Time
+	for n := 0; ; n++ {
+		more := s.o.MaxTokens < 0 || n+1 < s.o.MaxTokens
+		var next *pending
+		if pipelined && more && !cancelled() {
+			// Dispatch step n+1 on step n's (still lazy) token.
+			var in *tensor.Array
+			if err := tensor.Try(func() { in = tensor.Reshape(cur.st.Tokens, 1, 1) }); err != nil {
+				return err
+			}
+			next, err = s.dispatch(in, nil, nil)
+			if err != nil {
+				return err
+			}
+		}
+		res := cur.st.Results()[0] // blocks; frees the step's arrays
+		cur.st = nil
+		cur = next
+		now := time.Now()
+		if n == 0 {
+			first = now
+			s.stats.PrefillMs = msSince(start, now)
+			if s.stats.PrefillMs > 0 {
+				s.stats.PrefillTPS = float64(s.stats.PrefillTokens) / (s.stats.PrefillMs / 1000)
+			}
+		} else {
+			s.stats.DecodeMs = msSince(first, now)
+			s.stats.DecodeTPS = float64(n) / (s.stats.DecodeMs / 1000)
+		}
+		id := int32(res.Token)
+		if next != nil {
+			cacheToks = append(cacheToks, id) // step n+1 wrote its KV
+		}
+		if g := s.o.Grammar; g != nil {
+			if !g.AcceptToken(res.Token) {
+				return fmt.Errorf("generate: the grammar rejected token %d, which its mask allowed", id)
+			}
+		}
+		if slices.Contains(s.o.EOS, id) {
+			s.stats.StopReason = StopEOS
+			return nil
+		}
+		tok := Token{ID: id, Index: n, Logprob: res.Logprob, Top: res.Top}
+		s.stats.GeneratedTokens++
+		if !yield(tok, nil) {
+			s.stats.StopReason = StopConsumer
+			return errConsumer
+		}
+		if g := s.o.Grammar; g != nil && g.IsTerminated() {
+			s.stats.StopReason = StopGrammar
+			return nil
+		}
+		if !more {
+			s.stats.StopReason = StopLength
+			return nil
+		}
+		if cancelled() {
+			return s.ctx.Err()
+		}
+		if !pipelined {
+			history = append(history, id)
+			cur, err = s.dispatch(s.hostIDs([]int32{id}), history, mask)
+			if err != nil {
+				return err
+			}
+			cacheToks = append(cacheToks, id)
+		}
+		if cur == nil {
+			return errors.New("generate: internal error: no step in flight")
+		}
+		if n%256 == 255 && s.mem != nil {
+			_ = s.mem.ClearCache()
+		}
+	}
+}
+
+func msSince(a, b time.Time) float64 { return float64(b.Sub(a).Nanoseconds()) / 1e6 }
+
+// hostIDs makes a [1, n] int32 array of ids.
+func (s *Stream) hostIDs(ids []int32) *tensor.Array {
+	raw := make([]byte, 4*len(ids))
+	for i, v := range ids {
+		binary.LittleEndian.PutUint32(raw[4*i:], uint32(v))
+	}
+	return tensor.FromBytesOn(s.be, raw, []int{1, len(ids)}, tensor.Int32, false)
+}
+
+// quantize converts caches that reached the quantization start.
+func (s *Stream) quantize() error {
+	if !s.quant {
+		return nil
+	}
+	_, err := kv.MaybeQuantize(s.caches, s.plan)
+	return err
+}
+
+// prefillChunk runs ids through the model for their KV only, evaluates it
+// and clears the allocator cache.
+func (s *Stream) prefillChunk(ids []int32) (err error) {
+	sc := tensor.NewScope()
+	defer sc.Close()
+	h, err := s.m.Forward(s.hostIDs(ids), s.caches)
+	if err != nil {
+		return err
+	}
+	tensor.Eval(h)
+	h.Free()
+	if err := s.quantize(); err != nil {
+		return err
+	}
+	if s.mem != nil {
+		_ = s.mem.ClearCache()
+	}
+	return nil
+}
+
+// dispatch runs in (consumed: freed here) through the model, samples the
+// last position and starts computing it (AsyncEval). With a grammar, the
+// mask is filled while the forward pass is in flight.
+func (s *Stream) dispatch(in *tensor.Array, history []int32, mask []int32) (p *pending, err error) {
+	defer tensor.Recover(&err)
+	sc := tensor.NewScope()
+	defer sc.Close()
+	h, err := s.m.Forward(in, s.caches)
+	in.Free()
+	if err != nil {
+		return nil, err
+	}
+	if t := h.Dim(1); t > 1 {
+		h = tensor.SliceAxis(h, 1, t-1, t)
+	}
+	logits, err := s.m.Logits(h)
+	if err != nil {
+		return nil, err
+	}
+	logits = tensor.Reshape(logits, 1, logits.Dim(-1))
+	if err := s.quantize(); err != nil {
+		return nil, err
+	}
+	if mask != nil {
+		tensor.AsyncEval(logits)
+		if err := s.o.Grammar.FillNextTokenBitmask(mask); err != nil {
+			return nil, fmt.Errorf("generate: grammar mask: %w", err)
+		}
+	}
+	st, err := s.smp.Step(logits, history, mask)
+	if err != nil {
+		return nil, err
+	}
+	tensor.Detach(st.Arrays()...) // the step outlives this scope; pending.free or Results frees it
+	tensor.AsyncEval(st.Arrays()...)
+	return &pending{st: st}, nil
+}
+
+// Wrap adapts a model whose Forward takes a third, optional argument (as
+// model.Model's does: *model.ForwardOptions) to Model, passing nil for it.
+// vocab is the logits width (model.Model's Info().Vocab). The type
+// parameter is inferred from m's Forward method.
+func Wrap[O any](m interface {
+	Forward(ids *tensor.Array, caches []kv.Cache, opts *O) (*tensor.Array, error)
+	Logits(hidden *tensor.Array) (*tensor.Array, error)
+	MakeCaches() []kv.Cache
+}, vocab int) Model {
+	return &wrapped[O]{fwd: m.Forward, logits: m.Logits, mk: m.MakeCaches, vocab: vocab}
+}
+
+type wrapped[O any] struct {
+	fwd    func(*tensor.Array, []kv.Cache, *O) (*tensor.Array, error)
+	logits func(*tensor.Array) (*tensor.Array, error)
+	mk     func() []kv.Cache
+	vocab  int
+}
+
+func (w *wrapped[O]) Forward(ids *tensor.Array, caches []kv.Cache) (*tensor.Array, error) {
+	return w.fwd(ids, caches, nil)
+}
+func (w *wrapped[O]) Logits(h *tensor.Array) (*tensor.Array, error) { return w.logits(h) }
+func (w *wrapped[O]) MakeCaches() []kv.Cache                        { return w.mk() }
+func (w *wrapped[O]) VocabSize() int                                { return w.vocab }

@@ -1,0 +1,82 @@
+package generate_test
+
+import (
+	"errors"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/mlxffi"
+	"github.com/mlxgo/mlxgo/tensor"
+	"github.com/mlxgo/mlxgo/tensor/tensortest"
+)
+
+// mlxBackend opens MLX as the default backend for the test (restoring the
+// CPU default after) or skips with one line when libmlxc is absent.
+func mlxBackend(t testing.TB) tensor.Backend {
+	t.Helper()
+	be, err := mlxffi.Open()
+	if errors.Is(err, mlxffi.ErrNotFound) {
+		t.Skip("libmlxc not found: MLX tests skipped")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := tensor.Default()
+	tensor.SetDefault(be)
+	t.Cleanup(func() { tensor.SetDefault(prev) })
+	return be
+}
+
+// TestMLXGreedyParity runs the pipelined loop on the lazy MLX backend:
+// greedy output equals HF's on float32 fixtures, from a cold start and
+// from a PromptCache, and the dispatch order is the pipelined one.
+func TestMLXGreedyParity(t *testing.T) {
+	be := mlxBackend(t)
+	for _, name := range []string{"llama3", "qwen3", "gemma4_kv"} {
+		t.Run(name, func(t *testing.T) {
+			t.Cleanup(tensortest.NoLeaks(t))
+			g := readGolden(t, name)
+			m := loadModel(t, filepath.Join(fixtures, name, "f32"), be)
+			for _, chunk := range []int{3, 2048} {
+				out, st, err := collect(t, m, g.Prompt, &generate.Options{MaxTokens: len(g.GreedyF32), PrefillChunkSize: chunk, Backend: be, Memory: mlxMemory{}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(out, g.GreedyF32) {
+					t.Errorf("chunk %d: agrees for %d tokens:\n got %v\nwant %v", chunk, firstDiff(out, g.GreedyF32), out, g.GreedyF32)
+				}
+				if !st.Pipelined || st.PeakMemory == 0 {
+					t.Errorf("stats %+v", st)
+				}
+			}
+			pc := generate.NewPromptCache(1 << 30)
+			defer pc.Clear()
+			s, err := generate.Generate(t.Context(), m, g.Prompt[:12], &generate.Options{MaxTokens: 1, Backend: be, Memory: mlxMemory{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range s.Tokens() {
+			}
+			pc.Put(s.Stats().CacheTokens, s.TakeCaches())
+			s.Close()
+			caches, n := pc.Take(g.Prompt)
+			out, st, err := collect(t, m, g.Prompt, &generate.Options{MaxTokens: len(g.GreedyF32), Caches: caches, Backend: be, Memory: mlxMemory{}})
+			freeAll(caches)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != 12 || st.CachedTokens != 12 || !slices.Equal(out, g.GreedyF32) {
+				t.Errorf("pre-warmed (%d cached): %v, want %v", n, out, g.GreedyF32)
+			}
+			checkPipelineOrder(t, m, g.Prompt)
+		})
+	}
+}
+
+// mlxMemory adapts mlxffi's memory functions to generate.MemoryInfo.
+type mlxMemory struct{}
+
+func (mlxMemory) PeakMemory() (uint64, error) { return mlxffi.PeakMemory() }
+func (mlxMemory) ClearCache() error           { return mlxffi.ClearCache() }

@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 )
@@ -204,4 +205,34 @@ func F32ToF16(f float32) uint16 {
 		r++ // may carry into the exponent, which is the right answer
 	}
 	return sign | uint16(r)
+}
+
+// ScalarBytes returns the little-endian bytes of v stored as dt, with C
+// conversion semantics (float to int truncates toward zero; to bool is
+// v != 0; 16-bit floats round to nearest even). Backends use it to fill
+// arrays with a scalar.
+func ScalarBytes(v float64, dt DType) []byte {
+	out := make([]byte, dt.Size())
+	le := binary.LittleEndian
+	switch dt {
+	case Bool:
+		if v != 0 {
+			out[0] = 1
+		}
+	case Uint8:
+		out[0] = uint8(int64(v))
+	case Int32:
+		le.PutUint32(out, uint32(int32(int64(v))))
+	case Uint32:
+		le.PutUint32(out, uint32(int64(v)))
+	case Int64:
+		le.PutUint64(out, uint64(int64(v)))
+	case Float16:
+		le.PutUint16(out, F32ToF16(float32(v)))
+	case BFloat16:
+		le.PutUint16(out, F32ToBF16(float32(v)))
+	case Float32:
+		le.PutUint32(out, math.Float32bits(float32(v)))
+	}
+	return out
 }

@@ -11,8 +11,6 @@
 package cpu
 
 import (
-	"encoding/binary"
-	"math"
 	"slices"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -68,7 +66,7 @@ func (be *Backend) Full(shape []int, v float64, dt tensor.DType) *tensor.Array {
 		return a
 	}
 	es := dt.Size()
-	one := encode(v, dt)
+	one := tensor.ScalarBytes(v, dt)
 	data := im.buf.data
 	copy(data[:es], one)
 	for filled := es; filled < n*es; filled *= 2 {
@@ -82,7 +80,7 @@ func (be *Backend) Arange(start, step float64, n int, dt tensor.DType) *tensor.A
 	a, im := be.newArray([]int{n}, dt)
 	es := dt.Size()
 	for i := 0; i < n; i++ {
-		copy(im.buf.data[i*es:], encode(start+float64(i)*step, dt))
+		copy(im.buf.data[i*es:], tensor.ScalarBytes(start+float64(i)*step, dt))
 	}
 	return a
 }
@@ -100,34 +98,6 @@ func (be *Backend) Eval(arrs ...*tensor.Array) {}
 
 // AsyncEval is a no-op: the CPU backend computes eagerly.
 func (be *Backend) AsyncEval(arrs ...*tensor.Array) {}
-
-// encode returns the little-endian bytes of v as dt, with C conversion
-// semantics (float to int truncates; to bool is v != 0).
-func encode(v float64, dt tensor.DType) []byte {
-	out := make([]byte, dt.Size())
-	le := binary.LittleEndian
-	switch dt {
-	case tensor.Bool:
-		if v != 0 {
-			out[0] = 1
-		}
-	case tensor.Uint8:
-		out[0] = uint8(int64(v))
-	case tensor.Int32:
-		le.PutUint32(out, uint32(int32(int64(v))))
-	case tensor.Uint32:
-		le.PutUint32(out, uint32(int64(v)))
-	case tensor.Int64:
-		le.PutUint64(out, uint64(int64(v)))
-	case tensor.Float16:
-		le.PutUint16(out, tensor.F32ToF16(float32(v)))
-	case tensor.BFloat16:
-		le.PutUint16(out, tensor.F32ToBF16(float32(v)))
-	case tensor.Float32:
-		le.PutUint32(out, math.Float32bits(float32(v)))
-	}
-	return out
-}
 
 // ---- layout operations: views where possible ----
 

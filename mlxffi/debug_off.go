@@ -1,0 +1,5 @@
+//go:build !mlxdebug
+
+package mlxffi
+
+const debugThreads = false

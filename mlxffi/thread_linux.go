@@ -1,0 +1,5 @@
+package mlxffi
+
+import "syscall"
+
+func threadID() int { return syscall.Gettid() }

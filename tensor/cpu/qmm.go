@@ -204,9 +204,16 @@ func qmmRun(dst, xb []byte, dt tensor.DType, rows int, w qmat, transpose bool) {
 	} else {
 		out = make([]float32, rows*outer)
 	}
-	if transpose {
+	switch {
+	case transpose && qmvUsable(rows, w, dt):
+		var raw []uint16
+		if dt == tensor.BFloat16 {
+			raw = u16s(xb)[:rows*inner]
+		}
+		qmvT(out, x, raw, rows, w)
+	case transpose:
 		qmmT(out, x, rows, w)
-	} else {
+	default:
 		clear(out)
 		qmmN(out, x, rows, w)
 	}

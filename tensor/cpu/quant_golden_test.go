@@ -61,9 +61,17 @@ func unhex(t *testing.T, s string) []byte {
 }
 
 // forEachKernel runs f with the assembly kernels on and, where they exist,
-// off, so both paths are held to the same reference.
+// off (and with AVX-512 but not AVX512_BF16, the older quantized kernels),
+// so every path is held to the same reference.
 func forEachKernel(t *testing.T, f func(t *testing.T)) {
 	t.Run("simd", f)
+	if hasBF16 {
+		t.Run("nobf16", func(t *testing.T) {
+			hasBF16 = false
+			defer func() { hasBF16 = true }()
+			f(t)
+		})
+	}
 	if hasAVX512 {
 		t.Run("portable", func(t *testing.T) {
 			hasAVX512 = false

@@ -14,23 +14,6 @@ const (
 	sdpaKeys  = 64 // keys per block
 )
 
-// sdpaDot is Σa·b in float32 over four lanes.
-func sdpaDot(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
 // sdpaAxpy adds a·x to y.
 func sdpaAxpy(a float32, x, y []float32) {
 	x = x[:len(y)]
@@ -216,7 +199,7 @@ func (p *sdpaPlan) block(s *sdpaScratch, it int) {
 			sc := s.s[:nk]
 			qr := s.q[i*p.d : (i+1)*p.d]
 			for j := range nk {
-				sc[j] = sdpaDot(qr, s.k[j*p.d:(j+1)*p.d])
+				sc[j] = dot32(qr, s.k[j*p.d:(j+1)*p.d])
 			}
 			if p.causal {
 				for j := max(0, s.pos[i]+1-jb); j < nk; j++ {

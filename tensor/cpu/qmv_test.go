@@ -1,0 +1,127 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// qmvRef is the exact (float64) x @ dequant(w)ᵀ from the packed codes, and
+// per output the magnitudes Σ|x·s·q|, Σ|x·b| and Σ|x·s| that bound float32
+// rounding.
+func qmvRef(x []float32, wq, sc, bi *tensor.Array, m, n, k, gs, bits int) (ref, mq, mb, ms []float64) {
+	words := u32s(wq.Bytes())
+	sv, bv := sc.Float32s(), bi.Float32s()
+	ng := k / gs
+	codes := make([]uint8, k)
+	ref, mq, mb, ms = make([]float64, m*n), make([]float64, m*n), make([]float64, m*n), make([]float64, m*n)
+	for r := range n {
+		unpackCodes(codes, words[r*k*bits/32:(r+1)*k*bits/32], bits)
+		for i := range m {
+			var acc, aq, ab, as float64
+			for j, c := range codes {
+				s, b := float64(sv[r*ng+j/gs]), float64(bv[r*ng+j/gs])
+				xv := float64(x[i*k+j])
+				acc += xv * (s*float64(c) + b)
+				aq += math.Abs(xv * s * float64(c))
+				ab += math.Abs(xv * b)
+				as += math.Abs(xv * s)
+			}
+			ref[i*n+r], mq[i*n+r], mb[i*n+r], ms[i*n+r] = acc, aq, ab, as
+		}
+	}
+	return
+}
+
+// TestQMVExact holds the AVX512_BF16 matvec to an exact reference: every
+// product is exact, so only float32 accumulation may differ, i.e. a few
+// float32 ulps of Σ|terms| per accumulation step, where for bfloat16 x the
+// terms are (128+q)·x·s (the offset kernel) and for float16 x q·x·s.
+// float32 x must not take this path. 4- and 8-bit codes, group sizes 32,
+// 64 and 128, K with and without a partial 128-code block, odd N, 1..7 x
+// rows.
+func TestQMVExact(t *testing.T) {
+	if !hasAVX512 || !hasBF16 {
+		t.Skip("no AVX512_BF16")
+	}
+	live := tensor.LiveArrays()
+	r := rand.New(rand.NewPCG(11, 12))
+	testQMVExact(t, r)
+	if d := tensor.LiveArrays() - live; d != 0 {
+		t.Errorf("%d arrays leaked", d)
+	}
+}
+
+func testQMVExact(t *testing.T, r *rand.Rand) {
+	for _, bits := range []int{4, 8} {
+		for _, gs := range []int{32, 64, 128} {
+			for _, kmul := range []int{1, 3, 5, 7, 37} {
+				k := gs * kmul
+				for _, n := range []int{1, 3, 5, 13, 37} {
+					for _, m := range []int{1, 2, 3, 4, 7} {
+						for _, dt := range []tensor.DType{tensor.BFloat16, tensor.Float16} {
+							checkQMV(t, r, bits, gs, k, n, m, dt)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func checkQMV(t *testing.T, r *rand.Rand, bits, gs, k, n, m int, dt tensor.DType) {
+	t.Helper()
+	s := tensor.NewScope()
+	defer s.Close()
+	name := fmt.Sprintf("%s/b%d/g%d/k%d/n%d/m%d", dt, bits, gs, k, n, m)
+	wv := randF32(r, n*k)
+	for i := range wv {
+		wv[i] = wv[i]*3 + 0.5 // biases of both signs, non-zero mean
+	}
+	w := tensor.FromFloat32(wv, []int{n, k}, dt)
+	wq, sc, bi := tensor.Quantize(w, gs, bits)
+	xv := randF32(r, m*k)
+	x := tensor.FromFloat32(xv, []int{m, k}, dt)
+	xr := x.Float32s() // x as the kernel sees it (rounded to dt)
+	if !qmvUsable(m, qmat{bits: bits, gs: gs, cols: k}, dt) {
+		t.Fatalf("%s: matvec path not taken", name)
+	}
+	if qmvUsable(m, qmat{bits: bits, gs: gs, cols: k}, tensor.Float32) {
+		t.Fatalf("%s: float32 x would take the matvec path", name)
+	}
+	got := tensor.QuantizedMatmul(x, wq, sc, bi, true, gs, bits)
+	// keep the float32 result before rounding to dt: call the kernel
+	// directly
+	g := make([]float32, m*n)
+	var raw []uint16
+	if dt == tensor.BFloat16 {
+		raw = u16s(x.Bytes())
+	}
+	q := loadQ(wq, sc, bi, gs, bits)
+	qmvT(g, xr, raw, m, q.m)
+	q.release()
+	ref, mq, mb, ms := qmvRef(xr, wq, sc, bi, m, n, k, gs, bits)
+	steps := float64(k/128 + gs + 48)
+	for i := range ref {
+		// for bfloat16 x the kernel sums (128+q)·x·s (8-bit: per nibble,
+		// (128+l)·x·s + (128+h)·16x·s) and cancels the offset afterwards
+		q := mq[i]
+		if dt == tensor.BFloat16 {
+			q += 128 * ms[i] * float64(1+15*(bits/8))
+		}
+		tol := 0x1p-24 * steps * (q + mb[i])
+		if d := math.Abs(float64(g[i]) - ref[i]); !(d <= tol) {
+			t.Fatalf("%s: [%d] = %g, want %g (err %.3g, tol %.3g)", name, i, g[i], ref[i], d, tol)
+		}
+	}
+	// the public result is the same value rounded to dt
+	pub := got.Float32s()
+	for i := range pub {
+		if want := tensor.FromFloat32(g[i:i+1], []int{1}, dt).Float32s()[0]; pub[i] != want {
+			t.Fatalf("%s: public [%d] = %g, kernel %g", name, i, pub[i], want)
+		}
+	}
+}

@@ -48,7 +48,7 @@ type genFlags struct {
 func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	var f genFlags
 	fl := newFlags("generate", stderr)
-	fl.StringVar(&f.dir, "model", "", "model folder (config.json + safetensors) (required)")
+	fl.StringVar(&f.dir, "model", "", "model: a folder, a cached repo id (or a unique part of one), or demo / demo-q4 (default: the built-in demo model)")
 	fl.StringVar(&f.promptIDs, "prompt-ids", "", "comma-separated prompt token ids (used as is)")
 	fl.StringVar(&f.prompt, "prompt", "", "prompt text (needs tokenizer.json in the model folder)")
 	fl.StringVar(&f.system, "system", "", "system message for the chat template")
@@ -74,7 +74,7 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fl.BoolVar(&f.copyWeights, "copy-weights", false, "copy weights into memory instead of mapping the files")
 	fl.BoolVar(&f.asJSON, "json", false, `print {"ids": [...], "text": "...", "stats": {...}} instead of streaming`)
 	fl.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: mlxgo generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [flags]")
+		fmt.Fprintln(stderr, "Usage: mlxgo generate [--model MODEL] (PROMPT | --prompt TEXT | --prompt-ids 1,2,3) [flags]")
 		fl.PrintDefaults()
 	}
 	if err := parseFlags(fl, args); err != nil {
@@ -83,11 +83,21 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if fl.Changed("prefill-chunk") {
 		f.chunk = f.chunkOld
 	}
-	switch {
-	case fl.NArg() > 0:
+	if fl.NArg() == 1 && f.prompt == "" && f.promptIDs == "" {
+		f.prompt = fl.Arg(0) // mlxgo generate "prompt text"
+	} else if fl.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fl.Arg(0))
-	case f.dir == "":
-		return fmt.Errorf("%w: --model is required", errUsage)
+	}
+	if f.dir == "" {
+		f.dir = "demo"
+		fmt.Fprintf(stderr, "mlxgo: no --model given; using the built-in demo model\n")
+	}
+	dir, err := resolveModel(f.dir)
+	if err != nil {
+		return err
+	}
+	f.dir = dir
+	switch {
 	case (f.promptIDs == "") == (f.prompt == ""):
 		return fmt.Errorf("%w: give exactly one of --prompt-ids and --prompt", errUsage)
 	case f.chunk <= 0:

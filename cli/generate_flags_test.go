@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // chatModelDir makes a model folder from the Llama 3 fixture plus a tiny
@@ -131,5 +132,27 @@ func TestGenerateChatTemplate(t *testing.T) {
 		if !strings.Contains(errs, "kv") && !strings.Contains(errs, "group") {
 			t.Errorf("--kv-config: exit %d: %s", code, errs)
 		}
+	}
+}
+
+// With no --model, generate runs the embedded demo model on a positional
+// prompt and prints English-looking text: the README's main command.
+func TestGenerateDefaultsToDemoModel(t *testing.T) {
+	code, out, errOut := run(t, "generate", "Call me Ishmael.", "--raw", "--max-tokens", "24", "--backend", "cpu")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if !strings.Contains(errOut, "built-in demo model") {
+		t.Errorf("stderr does not say the demo model is used: %q", errOut)
+	}
+	words := strings.Fields(out)
+	letters := 0
+	for _, r := range out {
+		if unicode.IsLetter(r) {
+			letters++
+		}
+	}
+	if len(words) < 5 || letters < len(out)/2 {
+		t.Fatalf("demo output does not look like text: %q", out)
 	}
 }

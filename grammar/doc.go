@@ -1,2 +1,25 @@
-// Package grammar compiles JSON Schema, regular expressions and EBNF into token masks for constrained decoding.
+// Package grammar compiles JSON Schema, regular expressions, EBNF and
+// choice lists into token masks for constrained decoding.
+//
+// Every front end (JSONSchemaGrammar, RegexGrammar, EBNFGrammar,
+// ChoiceGrammar) produces one representation, a Grammar: a deterministic
+// byte automaton per rule whose states may call other rules — a pushdown
+// automaton over bytes, so recursion ($ref, EBNF rules) and UTF-8 split
+// across tokens both work. The parser state is a small set of stacks
+// (positions); stacks are immutable linked frames, so rollback and fork
+// are cheap.
+//
+// CompileGrammar binds a Grammar to a vocabulary (TokenizerInfo, built
+// from the Vocabulary interface, which needs only each token's bytes and
+// which ids are special) and builds the adaptive token-mask cache: for
+// every automaton state, the tokens accepted whatever the stack below
+// holds, and the few uncertain ones (those that may run past the end of
+// the state's rule) kept in a small byte trie. A Matcher's
+// FillNextTokenBitmask ORs the cached accepted sets and walks only the
+// uncertain tries with the real stack, so a mask costs microseconds even
+// for a 262,144-token vocabulary. Compiler caches compiled grammars by
+// text.
+//
+// Generation loops consume the TokenMatcher interface; Matcher
+// implements it.
 package grammar

@@ -1,0 +1,547 @@
+package grammar
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sort"
+)
+
+// Limits keep hostile input from exhausting memory.
+const (
+	maxNFAStates = 1 << 20
+	maxDFANodes  = 1 << 18
+)
+
+type nedge struct {
+	set byteSet
+	to  int32
+}
+
+type ncall struct{ rule, to int32 }
+
+type nstate struct {
+	eps   []int32
+	edges []nedge
+	calls []ncall
+}
+
+type nfaBuilder struct {
+	st  []nstate
+	err error
+}
+
+func (n *nfaBuilder) newState() int32 {
+	if len(n.st) >= maxNFAStates {
+		if n.err == nil {
+			n.err = fmt.Errorf("grammar too large (more than %d automaton states); lower repetition counts or lengths", maxNFAStates)
+		}
+		return 0
+	}
+	n.st = append(n.st, nstate{})
+	return int32(len(n.st) - 1)
+}
+
+func (n *nfaBuilder) build(e *expr, from, to int32) {
+	if n.err != nil {
+		return
+	}
+	switch e.op {
+	case opEmpty:
+		n.st[from].eps = append(n.st[from].eps, to)
+	case opNone:
+	case opBytes:
+		n.st[from].edges = append(n.st[from].edges, nedge{e.set, to})
+	case opRef:
+		n.st[from].calls = append(n.st[from].calls, ncall{int32(e.ref), to})
+	case opSeq:
+		cur := from
+		for i, s := range e.subs {
+			next := to
+			if i < len(e.subs)-1 {
+				next = n.newState()
+			}
+			n.build(s, cur, next)
+			cur = next
+		}
+	case opAlt:
+		for _, s := range e.subs {
+			n.build(s, from, to)
+		}
+	case opRepeat:
+		cur := from
+		for i := 0; i < e.min; i++ {
+			next := n.newState()
+			n.build(e.subs[0], cur, next)
+			cur = next
+			if n.err != nil {
+				return
+			}
+		}
+		if e.max < 0 {
+			loop := n.newState()
+			n.st[cur].eps = append(n.st[cur].eps, loop)
+			back := n.newState()
+			n.build(e.subs[0], loop, back)
+			n.st[back].eps = append(n.st[back].eps, loop)
+			n.st[loop].eps = append(n.st[loop].eps, to)
+			return
+		}
+		for i := e.min; i < e.max; i++ {
+			n.st[cur].eps = append(n.st[cur].eps, to)
+			next := n.newState()
+			n.build(e.subs[0], cur, next)
+			cur = next
+			if n.err != nil {
+				return
+			}
+		}
+		n.st[cur].eps = append(n.st[cur].eps, to)
+	case opGraph:
+		ids := make([]int32, e.gn)
+		for i := range ids {
+			ids[i] = n.newState()
+		}
+		n.st[from].eps = append(n.st[from].eps, ids[e.gstart])
+		for _, ed := range e.gedges {
+			n.build(ed.e, ids[ed.from], ids[ed.to])
+		}
+		for _, f := range e.gfinal {
+			n.st[ids[f]].eps = append(n.st[ids[f]].eps, to)
+		}
+	}
+}
+
+type call struct{ rule, ret int32 }
+
+// Grammar is a compiled grammar independent of any vocabulary: one
+// deterministic byte automaton per rule whose states may call other rules
+// (a recursive transition network, i.e. a pushdown automaton). Nodes are
+// numbered globally. It is immutable and safe to share.
+type Grammar struct {
+	nclass    int
+	class     [256]uint8
+	classRep  []byte
+	trans     []int32 // node*nclass + class -> node or -1
+	final     []bool
+	hasBytes  []bool
+	calls     [][]call
+	nodeRule  []int32
+	ruleStart []int32
+	ruleNames []string
+	root      int32
+	minDone   []int32 // fewest bytes that finish the node's rule
+	ruleMin   []int32
+	nullable  []bool
+	follow    []byteSet // per rule: bytes that may come right after it ends
+}
+
+// NumNodes is the number of automaton states, a measure of grammar size.
+func (g *Grammar) NumNodes() int { return len(g.final) }
+
+func finishGrammar(b *builder, root int) (*Grammar, error) {
+	for i, body := range b.bodies {
+		if body == nil {
+			return nil, &Error{Location: "rule " + b.names[i], Msg: "rule is used but never defined"}
+		}
+	}
+	// Byte classes: refine the partition by every byte set in use.
+	nb := &nfaBuilder{}
+	type rnfa struct{ start, accept int32 }
+	rn := make([]rnfa, len(b.bodies))
+	for i, body := range b.bodies {
+		s, a := nb.newState(), nb.newState()
+		nb.build(body, s, a)
+		rn[i] = rnfa{s, a}
+		if nb.err != nil {
+			return nil, nb.err
+		}
+	}
+	g := &Grammar{ruleNames: b.names}
+	var cls [256]int
+	ncls := 1
+	seen := map[byteSet]bool{}
+	for _, st := range nb.st {
+		for _, e := range st.edges {
+			if seen[e.set] {
+				continue
+			}
+			seen[e.set] = true
+			remap := map[[2]int]int{}
+			n := 0
+			for c := 0; c < 256; c++ {
+				k := [2]int{cls[c], 0}
+				if e.set.has(byte(c)) {
+					k[1] = 1
+				}
+				id, ok := remap[k]
+				if !ok {
+					id = n
+					n++
+					remap[k] = id
+				}
+				cls[c] = id
+			}
+			ncls = n
+		}
+	}
+	g.nclass = ncls
+	g.classRep = make([]byte, ncls)
+	for c := 255; c >= 0; c-- {
+		g.class[c] = uint8(cls[c])
+		g.classRep[cls[c]] = byte(c)
+	}
+	// Subset construction per rule.
+	g.ruleStart = make([]int32, len(b.bodies))
+	mark := make([]int32, len(nb.st))
+	gen := int32(0)
+	closure := func(seed []int32) []int32 {
+		gen++
+		out := []int32{}
+		stack := append([]int32(nil), seed...)
+		for len(stack) > 0 {
+			s := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if mark[s] == gen {
+				continue
+			}
+			mark[s] = gen
+			out = append(out, s)
+			stack = append(stack, nb.st[s].eps...)
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+		return out
+	}
+	key := func(set []int32) string {
+		buf := make([]byte, 4*len(set))
+		for i, s := range set {
+			binary.LittleEndian.PutUint32(buf[4*i:], uint32(s))
+		}
+		return string(buf)
+	}
+	for r := range b.bodies {
+		ids := map[string]int32{}
+		var sets [][]int32
+		add := func(set []int32) (int32, error) {
+			k := key(set)
+			if id, ok := ids[k]; ok {
+				return id, nil
+			}
+			if len(g.final) >= maxDFANodes {
+				return 0, fmt.Errorf("grammar too large (more than %d automaton nodes)", maxDFANodes)
+			}
+			id := int32(len(g.final))
+			ids[k] = id
+			sets = append(sets, set)
+			g.final = append(g.final, false)
+			g.nodeRule = append(g.nodeRule, int32(r))
+			g.calls = append(g.calls, nil)
+			for c := 0; c < ncls; c++ {
+				g.trans = append(g.trans, -1)
+			}
+			return id, nil
+		}
+		base := int32(len(g.final))
+		start, err := add(closure([]int32{rn[r].start}))
+		if err != nil {
+			return nil, err
+		}
+		g.ruleStart[r] = start
+		for i := 0; i < len(sets); i++ {
+			id := base + int32(i)
+			set := sets[i]
+			var callOrder []int32
+			callTo := map[int32][]int32{}
+			for _, s := range set {
+				if s == rn[r].accept {
+					g.final[id] = true
+				}
+				for _, c := range nb.st[s].calls {
+					if _, ok := callTo[c.rule]; !ok {
+						callOrder = append(callOrder, c.rule)
+					}
+					callTo[c.rule] = append(callTo[c.rule], c.to)
+				}
+			}
+			for _, cr := range callOrder {
+				t, err := add(closure(callTo[cr]))
+				if err != nil {
+					return nil, err
+				}
+				g.calls[id] = append(g.calls[id], call{cr, t})
+			}
+			for c := 0; c < ncls; c++ {
+				rep := g.classRep[c]
+				var tg []int32
+				for _, s := range set {
+					for _, e := range nb.st[s].edges {
+						if e.set.has(rep) {
+							tg = append(tg, e.to)
+						}
+					}
+				}
+				if len(tg) == 0 {
+					continue
+				}
+				t, err := add(closure(tg))
+				if err != nil {
+					return nil, err
+				}
+				g.trans[int(id)*ncls+c] = t
+			}
+		}
+	}
+	g.root = g.ruleStart[root]
+	if err := g.trim(); err != nil {
+		return nil, err
+	}
+	if err := g.checkLeftRecursion(); err != nil {
+		return nil, err
+	}
+	g.computeMinDone()
+	g.computeFollow()
+	return g, nil
+}
+
+// trim removes everything that cannot lead to the end of its rule, so that
+// every reachable parser state can still complete: the token-mask cache
+// relies on that to call a token "accepted" without looking further.
+func (g *Grammar) trim() error {
+	n := len(g.final)
+	live := make([]bool, n)
+	prod := make([]bool, len(g.ruleStart))
+	for changed := true; changed; {
+		changed = false
+		for i := 0; i < n; i++ {
+			if live[i] {
+				continue
+			}
+			ok := g.final[i]
+			for c := 0; !ok && c < g.nclass; c++ {
+				if t := g.trans[i*g.nclass+c]; t >= 0 && live[t] {
+					ok = true
+				}
+			}
+			for _, c := range g.calls[i] {
+				if !ok && prod[c.rule] && live[c.ret] {
+					ok = true
+				}
+			}
+			if ok {
+				live[i] = true
+				changed = true
+			}
+		}
+		for r, s := range g.ruleStart {
+			if live[s] && !prod[r] {
+				prod[r] = true
+				changed = true
+			}
+		}
+	}
+	if !live[g.root] {
+		return &Error{Location: "rule " + g.ruleNames[g.nodeRule[g.root]], Msg: "grammar matches no string"}
+	}
+	g.hasBytes = make([]bool, n)
+	for i := 0; i < n; i++ {
+		for c := 0; c < g.nclass; c++ {
+			k := i*g.nclass + c
+			if t := g.trans[k]; t >= 0 && !live[t] {
+				g.trans[k] = -1
+			}
+			if g.trans[k] >= 0 {
+				g.hasBytes[i] = true
+			}
+		}
+		cs := g.calls[i][:0]
+		for _, c := range g.calls[i] {
+			if prod[c.rule] && live[c.ret] {
+				cs = append(cs, c)
+			}
+		}
+		g.calls[i] = cs
+	}
+	return nil
+}
+
+// checkLeftRecursion rejects rules that can call themselves without
+// consuming a byte: the parser would loop forever on them.
+func (g *Grammar) checkLeftRecursion() error {
+	nr := len(g.ruleStart)
+	nullable := make([]bool, nr)
+	// epsReach returns the nodes of rule r reachable from its start
+	// through calls of nullable rules only.
+	epsReach := func(r int) []int32 {
+		seen := map[int32]bool{g.ruleStart[r]: true}
+		stack := []int32{g.ruleStart[r]}
+		var out []int32
+		for len(stack) > 0 {
+			s := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			out = append(out, s)
+			for _, c := range g.calls[s] {
+				if nullable[c.rule] && !seen[c.ret] {
+					seen[c.ret] = true
+					stack = append(stack, c.ret)
+				}
+			}
+		}
+		return out
+	}
+	for changed := true; changed; {
+		changed = false
+		for r := 0; r < nr; r++ {
+			if nullable[r] {
+				continue
+			}
+			for _, s := range epsReach(r) {
+				if g.final[s] {
+					nullable[r] = true
+					changed = true
+					break
+				}
+			}
+		}
+	}
+	g.nullable = nullable
+	left := make([][]int32, nr)
+	for r := 0; r < nr; r++ {
+		for _, s := range epsReach(r) {
+			for _, c := range g.calls[s] {
+				left[r] = append(left[r], c.rule)
+			}
+		}
+	}
+	state := make([]uint8, nr)
+	var visit func(r int32) error
+	visit = func(r int32) error {
+		state[r] = 1
+		for _, s := range left[r] {
+			if state[s] == 1 {
+				return &Error{Location: "rule " + g.ruleNames[s], Msg: "left recursion is not supported (the rule can call itself before consuming input)"}
+			}
+			if state[s] == 0 {
+				if err := visit(s); err != nil {
+					return err
+				}
+			}
+		}
+		state[r] = 2
+		return nil
+	}
+	for r := 0; r < nr; r++ {
+		if state[r] == 0 {
+			if err := visit(int32(r)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// computeMinDone finds, per node, the fewest bytes that complete its rule;
+// tests use it to steer random generations toward an end.
+func (g *Grammar) computeMinDone() {
+	const inf = int32(1 << 30)
+	n := len(g.final)
+	g.minDone = make([]int32, n)
+	g.ruleMin = make([]int32, len(g.ruleStart))
+	for i := range g.minDone {
+		g.minDone[i] = inf
+		if g.final[i] {
+			g.minDone[i] = 0
+		}
+	}
+	for r := range g.ruleMin {
+		g.ruleMin[r] = inf
+	}
+	for changed := true; changed; {
+		changed = false
+		for i := 0; i < n; i++ {
+			best := g.minDone[i]
+			for c := 0; c < g.nclass; c++ {
+				if t := g.trans[i*g.nclass+c]; t >= 0 && g.minDone[t] < inf && g.minDone[t]+1 < best {
+					best = g.minDone[t] + 1
+				}
+			}
+			for _, c := range g.calls[i] {
+				if g.ruleMin[c.rule] < inf && g.minDone[c.ret] < inf && g.ruleMin[c.rule]+g.minDone[c.ret] < best {
+					best = g.ruleMin[c.rule] + g.minDone[c.ret]
+				}
+			}
+			if best < g.minDone[i] {
+				g.minDone[i] = best
+				changed = true
+			}
+		}
+		for r, s := range g.ruleStart {
+			if g.minDone[s] < g.ruleMin[r] {
+				g.ruleMin[r] = g.minDone[s]
+				changed = true
+			}
+		}
+	}
+}
+
+// computeFollow finds, per rule, the bytes that can follow its end in any
+// context. The token-mask cache uses it to reject tokens that run past the
+// end of a rule into bytes no caller accepts, so fewer stay uncertain.
+func (g *Grammar) computeFollow() {
+	n := len(g.final)
+	first := make([]byteSet, n)
+	endable := make([]bool, n)
+	for i := 0; i < n; i++ {
+		for c := 0; c < g.nclass; c++ {
+			if g.trans[i*g.nclass+c] >= 0 {
+				for b := 0; b < 256; b++ {
+					if int(g.class[b]) == c {
+						first[i][b>>6] |= 1 << (uint(b) & 63)
+					}
+				}
+			}
+		}
+		endable[i] = g.final[i]
+	}
+	or := func(dst *byteSet, src byteSet) bool {
+		ch := false
+		for w := 0; w < 4; w++ {
+			if dst[w]|src[w] != dst[w] {
+				dst[w] |= src[w]
+				ch = true
+			}
+		}
+		return ch
+	}
+	for changed := true; changed; {
+		changed = false
+		for i := 0; i < n; i++ {
+			for _, c := range g.calls[i] {
+				if or(&first[i], first[g.ruleStart[c.rule]]) {
+					changed = true
+				}
+				if g.nullable[c.rule] {
+					if or(&first[i], first[c.ret]) {
+						changed = true
+					}
+					if endable[c.ret] && !endable[i] {
+						endable[i] = true
+						changed = true
+					}
+				}
+			}
+		}
+	}
+	g.follow = make([]byteSet, len(g.ruleStart))
+	for changed := true; changed; {
+		changed = false
+		for i := 0; i < n; i++ {
+			for _, c := range g.calls[i] {
+				if or(&g.follow[c.rule], first[c.ret]) {
+					changed = true
+				}
+				if endable[c.ret] && or(&g.follow[c.rule], g.follow[g.nodeRule[i]]) {
+					changed = true
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,173 @@
+package grammar
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sort"
+)
+
+const maxProductStates = 1 << 15
+
+// regularOp combines two call-free expressions by running their automata
+// side by side: intersect keeps strings in both, difference strings in a
+// but not in b. JSON Schema needs it where two constraints hit one value
+// (pattern and maxLength, bounds and multipleOf, property names excluded
+// from additionalProperties keys).
+func regularOp(a, b *expr, intersect bool) (*expr, error) {
+	nb := &nfaBuilder{}
+	sa, fa := nb.newState(), nb.newState()
+	nb.build(a, sa, fa)
+	sb, fb := nb.newState(), nb.newState()
+	nb.build(b, sb, fb)
+	if nb.err != nil {
+		return nil, nb.err
+	}
+	for _, st := range nb.st {
+		if len(st.calls) > 0 {
+			return nil, fmt.Errorf("internal: rule call inside a regular combination")
+		}
+	}
+	// Byte classes over both automata.
+	var cls [256]int
+	seen := map[byteSet]bool{}
+	for _, st := range nb.st {
+		for _, e := range st.edges {
+			if seen[e.set] {
+				continue
+			}
+			seen[e.set] = true
+			remap := map[[2]int]int{}
+			for c := 0; c < 256; c++ {
+				k := [2]int{cls[c], 0}
+				if e.set.has(byte(c)) {
+					k[1] = 1
+				}
+				id, ok := remap[k]
+				if !ok {
+					id = len(remap)
+					remap[k] = id
+				}
+				cls[c] = id
+			}
+		}
+	}
+	ncls := 0
+	for _, c := range cls {
+		if c+1 > ncls {
+			ncls = c + 1
+		}
+	}
+	rep := make([]byte, ncls)
+	var members = make([]byteSet, ncls)
+	for c := 255; c >= 0; c-- {
+		rep[cls[c]] = byte(c)
+		members[cls[c]].addRange(byte(c), byte(c))
+	}
+	mark := make([]int32, len(nb.st))
+	gen := int32(0)
+	closure := func(seed []int32) []int32 {
+		gen++
+		var out []int32
+		stack := append([]int32(nil), seed...)
+		for len(stack) > 0 {
+			s := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if mark[s] == gen {
+				continue
+			}
+			mark[s] = gen
+			out = append(out, s)
+			stack = append(stack, nb.st[s].eps...)
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+		return out
+	}
+	type pstate struct{ a, b []int32 }
+	key := func(p pstate) string {
+		buf := make([]byte, 4*(len(p.a)+len(p.b)+1))
+		binary.LittleEndian.PutUint32(buf, uint32(len(p.a)))
+		for i, s := range append(append([]int32(nil), p.a...), p.b...) {
+			binary.LittleEndian.PutUint32(buf[4*(i+1):], uint32(s))
+		}
+		return string(buf)
+	}
+	contains := func(set []int32, s int32) bool {
+		for _, x := range set {
+			if x == s {
+				return true
+			}
+		}
+		return false
+	}
+	ids := map[string]int{}
+	var states []pstate
+	add := func(p pstate) (int, error) {
+		k := key(p)
+		if id, ok := ids[k]; ok {
+			return id, nil
+		}
+		if len(states) >= maxProductStates {
+			return 0, fmt.Errorf("combined constraint too complex (more than %d states)", maxProductStates)
+		}
+		ids[k] = len(states)
+		states = append(states, p)
+		return len(states) - 1, nil
+	}
+	step := func(set []int32, c byte) []int32 {
+		var tg []int32
+		for _, s := range set {
+			for _, e := range nb.st[s].edges {
+				if e.set.has(c) {
+					tg = append(tg, e.to)
+				}
+			}
+		}
+		if len(tg) == 0 {
+			return nil
+		}
+		return closure(tg)
+	}
+	g := &expr{op: opGraph}
+	if _, err := add(pstate{closure([]int32{sa}), closure([]int32{sb})}); err != nil {
+		return nil, err
+	}
+	for i := 0; i < len(states); i++ {
+		p := states[i]
+		inA, inB := contains(p.a, fa), contains(p.b, fb)
+		if inA && (inB == intersect) {
+			g.gfinal = append(g.gfinal, i)
+		}
+		byTarget := map[int]byteSet{}
+		var order []int
+		for c := 0; c < ncls; c++ {
+			na := step(p.a, rep[c])
+			if len(na) == 0 {
+				continue
+			}
+			nbs := step(p.b, rep[c])
+			if intersect && len(nbs) == 0 {
+				continue
+			}
+			t, err := add(pstate{na, nbs})
+			if err != nil {
+				return nil, err
+			}
+			s, ok := byTarget[t]
+			if !ok {
+				order = append(order, t)
+			}
+			for w := 0; w < 4; w++ {
+				s[w] |= members[c][w]
+			}
+			byTarget[t] = s
+		}
+		for _, t := range order {
+			g.gedges = append(g.gedges, gedge{i, t, eSet(byTarget[t])})
+		}
+	}
+	g.gn = len(states)
+	if len(g.gfinal) == 0 {
+		return eNone, nil
+	}
+	return g, nil
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// buildMlxgo builds the binary once per test binary run.
+func buildMlxgo(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "mlxgo")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+var listenRE = regexp.MustCompile(`on (http://[0-9.:]+)`)
+
+// startMlxgo starts `mlxgo args...` and returns the process, the base URL
+// it printed, and when the process was started.
+func startMlxgo(t testing.TB, bin string, args ...string) (*exec.Cmd, string, time.Time) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	urlc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sent := false
+		for sc.Scan() {
+			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil && !sent {
+				urlc <- m[1]
+				sent = true
+			}
+		}
+		if !sent {
+			close(urlc)
+		}
+	}()
+	select {
+	case u, ok := <-urlc:
+		if !ok {
+			t.Fatal("mlxgo exited without listening")
+		}
+		return cmd, u, start
+	case <-time.After(60 * time.Second):
+		t.Fatal("mlxgo did not start listening")
+	}
+	return nil, "", start
+}
+
+// waitHealthy polls /health and returns when it first answers 200.
+func waitHealthy(t testing.TB, url string) time.Time {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		resp, err := http.Get(url + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return time.Now()
+			}
+		}
+	}
+	t.Fatal("/health never answered 200")
+	return time.Time{}
+}
+
+// TestServeBinary runs the real binary with no verb (serve is the
+// default) on the embedded demo model, chats with it, and stops it with
+// SIGINT.
+func TestServeBinary(t *testing.T) {
+	bin := buildMlxgo(t)
+	cmd, url, _ := startMlxgo(t, bin, "--port", "0", "--backend", "cpu", "--max-tokens", "8")
+	waitHealthy(t, url)
+	body := `{"messages":[{"role":"user","content":"Hello"}],"temperature":0}`
+	resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var out struct {
+		Model   string `json:"model"`
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(raw, &out) != nil || out.Model != "mlxgo-demo" || len(out.Choices) != 1 || out.Usage.CompletionTokens > 8 {
+		t.Fatalf("chat: %d %s", resp.StatusCode, raw)
+	}
+	resp, err = http.Post(url+"/v1/models", "application/json", bytes.NewReader(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 405 {
+		t.Errorf("POST /v1/models: %d, want 405", resp.StatusCode)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("exit after SIGINT: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("mlxgo did not exit after SIGINT")
+	}
+}
+
+func TestServeFlags(t *testing.T) {
+	if defaultVerb != "serve" {
+		t.Errorf("default verb %q", defaultVerb)
+	}
+	for _, args := range [][]string{{"serve", "--port", "70000"}, {"serve", "--log-level", "LOUD"}, {"serve", "extra"}, {"serve", "--chat-template-args", "{"}} {
+		if code, _, _ := run(t, args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+	if code, _, errOut := run(t, "serve", "--model", filepath.Join(t.TempDir(), "nope")); code == 0 || !strings.Contains(errOut, "does not exist") {
+		t.Errorf("missing model: %d %q", code, errOut)
+	}
+}
+
+// BenchmarkServeStartup measures process start to the first successful
+// /health on the demo model (the CPU backend).
+//
+//	go test ./cli -run '^$' -bench ServeStartup -benchtime 5x
+func BenchmarkServeStartup(b *testing.B) {
+	bin := buildMlxgo(b)
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		cmd, url, start := startMlxgo(b, bin, "--port", "0", "--backend", "cpu")
+		total += waitHealthy(b, url).Sub(start)
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+	}
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms_to_health")
+}

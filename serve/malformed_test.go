@@ -1,0 +1,137 @@
+package serve
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestMalformedRequests: each bad request gets the right status and an
+// OpenAI-shaped error, and the server stays healthy.
+func TestMalformedRequests(t *testing.T) {
+	d := loadDemo(t)
+	cfg := d.config()
+	cfg.MaxBodyBytes = 4096
+	cfg.ContextLength = 64
+	_, hs := startServer(t, cfg)
+	const chat, comp, msgs = "/v1/chat/completions", "/v1/completions", "/v1/messages"
+	okMsgs := `"messages":[{"role":"user","content":"hi"}]`
+	cases := []struct {
+		name, method, path, body string
+		status                   int
+		param                    string
+	}{
+		{"bad json", "POST", chat, `{"messages":`, 400, ""},
+		{"empty body", "POST", chat, ``, 400, ""},
+		{"array body", "POST", chat, `[1,2]`, 400, ""},
+		{"no messages", "POST", chat, `{"max_tokens":3}`, 400, "messages"},
+		{"empty messages", "POST", chat, `{"messages":[]}`, 400, "messages"},
+		{"messages not list", "POST", chat, `{"messages":"hi"}`, 400, "messages"},
+		{"no role", "POST", chat, `{"messages":[{"content":"hi"}]}`, 400, "messages[0].role"},
+		{"bad role", "POST", chat, `{"messages":[{"role":"wizard","content":"hi"}]}`, 400, "messages[0].role"},
+		{"content number", "POST", chat, `{"messages":[{"role":"user","content":5}]}`, 400, "messages[0].content"},
+		{"image part", "POST", chat, `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400, "messages[0].content[0].type"},
+		{"temperature string", "POST", chat, `{` + okMsgs + `,"temperature":"hot"}`, 400, "temperature"},
+		{"temperature negative", "POST", chat, `{` + okMsgs + `,"temperature":-1}`, 400, "temperature"},
+		{"top_p above 1", "POST", chat, `{` + okMsgs + `,"top_p":1.5}`, 400, "top_p"},
+		{"top_k negative", "POST", chat, `{` + okMsgs + `,"top_k":-5}`, 400, "top_k"},
+		{"min_p 2", "POST", chat, `{` + okMsgs + `,"min_p":2}`, 400, "min_p"},
+		{"max_tokens 0", "POST", chat, `{` + okMsgs + `,"max_tokens":0}`, 400, "max_tokens"},
+		{"max_tokens string", "POST", chat, `{` + okMsgs + `,"max_tokens":"ten"}`, 400, "max_tokens"},
+		{"n 2", "POST", chat, `{` + okMsgs + `,"n":2}`, 400, "n"},
+		{"stop number", "POST", chat, `{` + okMsgs + `,"stop":7}`, 400, "stop"},
+		{"stop list of numbers", "POST", chat, `{` + okMsgs + `,"stop":[1,2]}`, 400, "stop"},
+		{"logit_bias key", "POST", chat, `{` + okMsgs + `,"logit_bias":{"abc":1}}`, 400, "logit_bias"},
+		{"logit_bias id outside", "POST", chat, `{` + okMsgs + `,"logit_bias":{"99999999":1}}`, 400, "logit_bias"},
+		{"top_logprobs without logprobs", "POST", chat, `{` + okMsgs + `,"top_logprobs":2}`, 400, "top_logprobs"},
+		{"top_logprobs 50", "POST", chat, `{` + okMsgs + `,"logprobs":true,"top_logprobs":50}`, 400, "top_logprobs"},
+		{"response_format type", "POST", chat, `{` + okMsgs + `,"response_format":{"type":"yaml"}}`, 400, "response_format.type"},
+		{"response_format bad schema", "POST", chat, `{` + okMsgs + `,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"wat"}}}}`, 400, "response_format"},
+		{"tools not list", "POST", chat, `{` + okMsgs + `,"tools":{"a":1}}`, 400, "tools"},
+		{"tool without name", "POST", chat, `{` + okMsgs + `,"tools":[{"type":"function","function":{}}]}`, 400, "tools[0]"},
+		{"tool_choice unknown", "POST", chat, `{` + okMsgs + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}`, 400, "tool_choice"},
+		{"over context", "POST", chat, `{` + okMsgs + `,"max_tokens":60}`, 400, "max_tokens"},
+		{"prompt over context", "POST", comp, `{"prompt":"` + strings.Repeat("whale ", 80) + `"}`, 400, "messages"},
+		{"frequency_penalty 3", "POST", chat, `{` + okMsgs + `,"frequency_penalty":3}`, 400, "frequency_penalty"},
+		{"repetition_penalty negative", "POST", chat, `{` + okMsgs + `,"repetition_penalty":-1}`, 400, "repetition_penalty"},
+		{"seed string", "POST", chat, `{` + okMsgs + `,"seed":"x"}`, 400, "seed"},
+		{"stream not bool", "POST", chat, `{` + okMsgs + `,"stream":"yes"}`, 400, "stream"},
+		{"stream_options without stream", "POST", chat, `{` + okMsgs + `,"stream_options":{"include_usage":true}}`, 400, "stream_options"},
+		{"template kwargs not object", "POST", chat, `{` + okMsgs + `,"chat_template_kwargs":[1]}`, 400, "chat_template_kwargs"},
+		{"completion no prompt", "POST", comp, `{"max_tokens":3}`, 400, "prompt"},
+		{"completion prompt object", "POST", comp, `{"prompt":{"a":1}}`, 400, "prompt"},
+		{"completion token outside vocab", "POST", comp, `{"prompt":[1,2,999999]}`, 400, "prompt"},
+		{"completion logprobs 30", "POST", comp, `{"prompt":"a","logprobs":30}`, 400, "logprobs"},
+		{"unknown model", "POST", chat, `{"model":"gpt-9",` + okMsgs + `}`, 404, "model"},
+		{"unknown route", "POST", "/v1/embeddings", `{}`, 404, ""},
+		{"unknown model object", "GET", "/v1/models/gpt-9", ``, 404, "model"},
+		{"GET chat", "GET", chat, ``, 405, ""},
+		{"DELETE models", "DELETE", "/v1/models", ``, 405, ""},
+		{"body too large", "POST", chat, `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}`, 413, ""},
+	}
+	anthropicCases := []struct {
+		name, body string
+		status     int
+	}{
+		{"anthropic no max_tokens", `{"messages":[{"role":"user","content":"hi"}]}`, 400},
+		{"anthropic bad role", `{"max_tokens":5,"messages":[{"role":"system","content":"hi"}]}`, 400},
+		{"anthropic image block", `{"max_tokens":5,"messages":[{"role":"user","content":[{"type":"image"}]}]}`, 400},
+		{"anthropic bad json", `{"max_tokens":`, 400},
+	}
+	for _, c := range cases {
+		req, _ := http.NewRequest(c.method, hs.URL+c.path, strings.NewReader(c.body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status {
+			t.Errorf("%s: status %d, want %d (%s)", c.name, resp.StatusCode, c.status, raw)
+			continue
+		}
+		var e struct {
+			Error *struct {
+				Message *string `json:"message"`
+				Type    *string `json:"type"`
+				Param   *string `json:"param"`
+				Code    any     `json:"code"`
+			} `json:"error"`
+		}
+		if err := jsonUnmarshal(raw, &e); err != nil || e.Error == nil || e.Error.Message == nil || *e.Error.Message == "" || e.Error.Type == nil {
+			t.Errorf("%s: not an OpenAI error object: %s", c.name, raw)
+			continue
+		}
+		if !strings.Contains(string(raw), `"param"`) || !strings.Contains(string(raw), `"code"`) {
+			t.Errorf("%s: error lacks param or code: %s", c.name, raw)
+		}
+		got := ""
+		if e.Error.Param != nil {
+			got = *e.Error.Param
+		}
+		if got != c.param {
+			t.Errorf("%s: param %q, want %q (%s)", c.name, got, c.param, raw)
+		}
+	}
+	for _, c := range anthropicCases {
+		code, out := post(t, hs.URL+msgs, c.body)
+		e, _ := out["error"].(map[string]any)
+		if code != c.status || out["type"] != "error" || e["type"] != "invalid_request_error" || e["message"] == "" {
+			t.Errorf("%s: %d %v", c.name, code, out)
+		}
+	}
+	if n := len(cases) + len(anthropicCases); n < 30 {
+		t.Fatalf("only %d cases", n)
+	}
+	resp, err := http.Get(hs.URL + "/health")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("unhealthy after the bad requests: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	code, out := post(t, hs.URL+chat, `{`+okMsgs+`,"max_tokens":3,"temperature":0}`)
+	if code != 200 {
+		t.Fatalf("a good request after the bad ones: %d %v", code, out)
+	}
+}

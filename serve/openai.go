@@ -1,0 +1,542 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/mlxgo/mlxgo/sampler"
+)
+
+// chatRequest is POST /v1/chat/completions' body.
+type chatRequest struct {
+	samplingFields
+	Messages           json.RawMessage `json:"messages"`
+	Logprobs           *bool           `json:"logprobs"`
+	Tools              json.RawMessage `json:"tools"`
+	ToolChoice         json.RawMessage `json:"tool_choice"`
+	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
+}
+
+// completionRequest is POST /v1/completions' body.
+type completionRequest struct {
+	samplingFields
+	Prompt   json.RawMessage `json:"prompt"`
+	Logprobs *int            `json:"logprobs"`
+	Echo     *bool           `json:"echo"`
+}
+
+var chatRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true}
+
+// contentText flattens a message content (a string, null, or a list of
+// text parts) to text.
+func contentText(raw json.RawMessage, param string) (string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var parts []map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", badRequest(param, "%s must be a string or a list of content parts", param)
+	}
+	var b strings.Builder
+	for i, p := range parts {
+		var typ string
+		_ = json.Unmarshal(p["type"], &typ)
+		switch typ {
+		case "text", "input_text":
+			var t string
+			if err := json.Unmarshal(p["text"], &t); err != nil {
+				return "", badRequest(fmt.Sprintf("%s[%d].text", param, i), "a text part needs a string text")
+			}
+			b.WriteString(t)
+		case "":
+			return "", badRequest(fmt.Sprintf("%s[%d].type", param, i), "a content part needs a type")
+		default:
+			return "", badRequest(fmt.Sprintf("%s[%d].type", param, i), "content parts of type %q are unsupported (this server reads text only)", typ)
+		}
+	}
+	return b.String(), nil
+}
+
+// chatMessages validates OpenAI messages and turns them into what chat
+// templates expect: text content, tool-call arguments as objects.
+func chatMessages(raw json.RawMessage) ([]map[string]any, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, badRequest("messages", "messages is required")
+	}
+	var msgs []map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &msgs); err != nil {
+		return nil, badRequest("messages", "messages must be a list of objects")
+	}
+	if len(msgs) == 0 {
+		return nil, badRequest("messages", "messages must not be empty")
+	}
+	out := make([]map[string]any, 0, len(msgs))
+	for i, m := range msgs {
+		param := fmt.Sprintf("messages[%d]", i)
+		if m == nil {
+			return nil, badRequest(param, "a message must be an object")
+		}
+		var role string
+		if err := json.Unmarshal(m["role"], &role); err != nil || role == "" {
+			return nil, badRequest(param+".role", "a message needs a string role")
+		}
+		if !chatRoles[role] {
+			return nil, badRequest(param+".role", "unknown role %q (want system, developer, user, assistant or tool)", role)
+		}
+		if role == "developer" {
+			role = "system"
+		}
+		text, err := contentText(m["content"], param+".content")
+		if err != nil {
+			return nil, err
+		}
+		msg := map[string]any{"role": role, "content": text}
+		for k, v := range m {
+			switch k {
+			case "role", "content":
+			case "tool_calls":
+				calls, err := templateToolCalls(v, param+".tool_calls")
+				if err != nil {
+					return nil, err
+				}
+				if calls != nil {
+					msg["tool_calls"] = calls
+				}
+			default:
+				msg[k] = v
+			}
+		}
+		out = append(out, msg)
+	}
+	return out, nil
+}
+
+// templateToolCalls decodes an assistant message's tool_calls, turning
+// each function.arguments JSON string into the object templates print.
+func templateToolCalls(raw json.RawMessage, param string) ([]any, error) {
+	if string(raw) == "null" {
+		return nil, nil
+	}
+	var calls []struct {
+		ID       string `json:"id"`
+		Type     string `json:"type"`
+		Function struct {
+			Name      string          `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(raw, &calls); err != nil {
+		return nil, badRequest(param, "tool_calls must be a list of {id, type, function: {name, arguments}}")
+	}
+	out := make([]any, len(calls))
+	for i, c := range calls {
+		if c.Function.Name == "" {
+			return nil, badRequest(fmt.Sprintf("%s[%d].function.name", param, i), "a tool call needs a function name")
+		}
+		args := c.Function.Arguments
+		var s string
+		if json.Unmarshal(args, &s) == nil {
+			if s == "" {
+				s = "{}"
+			}
+			if !json.Valid([]byte(s)) {
+				return nil, badRequest(fmt.Sprintf("%s[%d].function.arguments", param, i), "arguments must be JSON text")
+			}
+			args = json.RawMessage(s)
+		}
+		if len(args) == 0 {
+			args = json.RawMessage("{}")
+		}
+		typ := c.Type
+		if typ == "" {
+			typ = "function"
+		}
+		out[i] = map[string]any{"id": c.ID, "type": typ, "function": map[string]any{"name": c.Function.Name, "arguments": args}}
+	}
+	return out, nil
+}
+
+// chatTools validates tools and applies tool_choice: "none" drops them, a
+// named function keeps only it.
+func chatTools(raw, choice json.RawMessage) ([]json.RawMessage, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var tools []json.RawMessage
+	if err := json.Unmarshal(raw, &tools); err != nil {
+		return nil, badRequest("tools", "tools must be a list of {type: function, function: {...}}")
+	}
+	names := make([]string, len(tools))
+	for i, t := range tools {
+		var v struct {
+			Type     string `json:"type"`
+			Function *struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		}
+		if err := json.Unmarshal(t, &v); err != nil || v.Function == nil || v.Function.Name == "" {
+			return nil, badRequest(fmt.Sprintf("tools[%d]", i), "a tool needs function.name")
+		}
+		if v.Type != "" && v.Type != "function" {
+			return nil, badRequest(fmt.Sprintf("tools[%d].type", i), "unsupported tool type %q (want function)", v.Type)
+		}
+		names[i] = v.Function.Name
+	}
+	if len(choice) == 0 || string(choice) == "null" {
+		return tools, nil
+	}
+	var mode string
+	if json.Unmarshal(choice, &mode) == nil {
+		switch mode {
+		case "none":
+			return nil, nil
+		case "auto", "required":
+			return tools, nil
+		}
+		return nil, badRequest("tool_choice", "tool_choice must be none, auto, required or {type: function, function: {name}}")
+	}
+	var named struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(choice, &named); err != nil || named.Function.Name == "" {
+		return nil, badRequest("tool_choice", "tool_choice must be none, auto, required or {type: function, function: {name}}")
+	}
+	for i, n := range names {
+		if n == named.Function.Name {
+			return tools[i : i+1], nil
+		}
+	}
+	return nil, badRequest("tool_choice", "tool_choice names %q, which is not among the tools", named.Function.Name)
+}
+
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	var req chatRequest
+	if err := readJSON(r, &req); err != nil {
+		s.writeAPIError(w, err)
+		return
+	}
+	pl, parser, err := s.chatPlan(&req)
+	if err != nil {
+		s.writeAPIError(w, err)
+		return
+	}
+	id := newCallID("chatcmpl-")
+	if pl.stream {
+		s.streamChat(w, r, pl, parser, id)
+		return
+	}
+	res, err := s.collect(r.Context(), pl)
+	if err != nil {
+		s.writeAPIError(w, err)
+		return
+	}
+	d := parser.Feed(res.text)
+	d.add(parser.Finish())
+	msg := map[string]any{"role": "assistant", "content": d.content}
+	if d.reasoning != "" {
+		msg["reasoning_content"] = d.reasoning
+	}
+	finish := res.reason
+	if len(d.calls) > 0 {
+		msg["tool_calls"] = openaiCalls(d.calls, false)
+		if d.content == "" {
+			msg["content"] = nil
+		}
+		if finish == "stop" {
+			finish = "tool_calls"
+		}
+	}
+	choice := map[string]any{"index": 0, "message": msg, "finish_reason": finish, "logprobs": nil}
+	if pl.logprobs {
+		choice["logprobs"] = map[string]any{"content": s.chatLogprobs(res.tokens)}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"id": id, "object": "chat.completion", "created": time.Now().Unix(), "model": s.cfg.ModelID,
+		"choices": []any{choice}, "usage": usage(res.outcome),
+	})
+}
+
+// chatPlan turns a chat request into a plan and its output parser.
+func (s *Server) chatPlan(req *chatRequest) (*plan, *outputParser, error) {
+	if err := s.checkModel(req.Model); err != nil {
+		return nil, nil, err
+	}
+	msgs, err := chatMessages(req.Messages)
+	if err != nil {
+		return nil, nil, err
+	}
+	tools, err := chatTools(req.Tools, req.ToolChoice)
+	if err != nil {
+		return nil, nil, err
+	}
+	var kwargs map[string]any
+	if len(req.ChatTemplateKwargs) > 0 && string(req.ChatTemplateKwargs) != "null" {
+		if err := json.Unmarshal(req.ChatTemplateKwargs, &kwargs); err != nil {
+			return nil, nil, badRequest("chat_template_kwargs", "chat_template_kwargs must be an object")
+		}
+	}
+	text, err := s.renderChat(msgs, tools, kwargs)
+	if err != nil {
+		return nil, nil, err
+	}
+	pl := &plan{promptText: text, prompt: s.encodePrompt(text, true)}
+	if err := s.checkPrompt(pl.prompt, "messages"); err != nil {
+		return nil, nil, err
+	}
+	top := 0
+	if req.TopLogprobs != nil {
+		top = *req.TopLogprobs
+		if req.Logprobs == nil || !*req.Logprobs {
+			return nil, nil, badRequest("top_logprobs", "top_logprobs needs logprobs: true")
+		}
+	}
+	if err := s.commonPlan(&req.samplingFields, pl, req.Logprobs != nil && *req.Logprobs, top); err != nil {
+		return nil, nil, err
+	}
+	return pl, newOutputParser(s.format, len(tools) > 0, s.format.promptOpensThinking(text)), nil
+}
+
+// completionPrompt accepts a string, a list of one string, a list of
+// token ids, or a list of one list of ids.
+func (s *Server) completionPrompt(raw json.RawMessage) ([]int32, string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, "", badRequest("prompt", "prompt is required")
+	}
+	var str string
+	if json.Unmarshal(raw, &str) == nil {
+		return s.encodePrompt(str, true), str, nil
+	}
+	var strs []string
+	if json.Unmarshal(raw, &strs) == nil {
+		if len(strs) != 1 {
+			return nil, "", badRequest("prompt", "only one prompt per request is supported, got %d", len(strs))
+		}
+		return s.encodePrompt(strs[0], true), strs[0], nil
+	}
+	var ids []int32
+	if json.Unmarshal(raw, &ids) == nil {
+		return ids, "", nil
+	}
+	var idss [][]int32
+	if json.Unmarshal(raw, &idss) == nil {
+		if len(idss) != 1 {
+			return nil, "", badRequest("prompt", "only one prompt per request is supported, got %d", len(idss))
+		}
+		return idss[0], "", nil
+	}
+	return nil, "", badRequest("prompt", "prompt must be a string or a list of token ids")
+}
+
+func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	var req completionRequest
+	if err := readJSON(r, &req); err != nil {
+		s.writeAPIError(w, err)
+		return
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		s.writeAPIError(w, err)
+		return
+	}
+	if req.Echo != nil && *req.Echo {
+		s.writeAPIError(w, badRequest("echo", "echo is unsupported"))
+		return
+	}
+	ids, text, err := s.completionPrompt(req.Prompt)
+	if err == nil {
+		err = s.checkPrompt(ids, "prompt")
+	}
+	if err != nil {
+		s.writeAPIError(w, err)
+		return
+	}
+	pl := &plan{prompt: ids, promptText: text}
+	top, lp := 0, false
+	if req.Logprobs != nil {
+		top, lp = *req.Logprobs, true
+		if top < 0 || top > 20 {
+			s.writeAPIError(w, badRequest("logprobs", "logprobs must be in [0, 20], got %d", top))
+			return
+		}
+	}
+	if err := s.commonPlan(&req.samplingFields, pl, lp, top); err != nil {
+		s.writeAPIError(w, err)
+		return
+	}
+	id := newCallID("cmpl-")
+	if pl.stream {
+		s.streamCompletion(w, r, pl, id)
+		return
+	}
+	res, err := s.collect(r.Context(), pl)
+	if err != nil {
+		s.writeAPIError(w, err)
+		return
+	}
+	choice := map[string]any{"index": 0, "text": res.text, "finish_reason": res.reason, "logprobs": nil}
+	if pl.logprobs {
+		choice["logprobs"] = s.completionLogprobs(res.tokens, pl.topLP, 0)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"id": id, "object": "text_completion", "created": time.Now().Unix(), "model": s.cfg.ModelID,
+		"choices": []any{choice}, "usage": usage(res.outcome),
+	})
+}
+
+// result is a finished generation's text, tokens and outcome.
+type result struct {
+	text   string
+	tokens []tokenLP
+	outcome
+}
+
+// start queues a plan on the engine.
+func (s *Server) start(ctx context.Context, pl *plan) (*job, error) {
+	j := &job{ctx: ctx, prompt: pl.prompt, opts: pl.opts, stops: pl.stops, out: newSink()}
+	if err := s.eng.submit(j); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// next waits for the job's next events; ok is false when the client left.
+func next(ctx context.Context, j *job) ([]event, bool) {
+	for {
+		if evs := j.out.drain(); len(evs) > 0 {
+			return evs, true
+		}
+		select {
+		case <-j.out.notify:
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
+}
+
+// genError maps a failed generation to an API error.
+func genError(err error) error {
+	var pe *sampler.ParamError
+	if errors.As(err, &pe) {
+		return badRequest(pe.Field, "invalid %s: %v", pe.Field, err)
+	}
+	return &apiError{status: http.StatusInternalServerError, message: "generation failed: " + err.Error(), typ: "server_error"}
+}
+
+// collect runs a plan to the end.
+func (s *Server) collect(ctx context.Context, pl *plan) (*result, error) {
+	j, err := s.start(ctx, pl)
+	if err != nil {
+		return nil, err
+	}
+	var res result
+	var b strings.Builder
+	for {
+		evs, ok := next(ctx, j)
+		if !ok {
+			return nil, ctx.Err()
+		}
+		for _, ev := range evs {
+			b.WriteString(ev.text)
+			res.tokens = append(res.tokens, ev.tokens...)
+			if ev.done != nil {
+				if ev.done.err != nil {
+					return nil, genError(ev.done.err)
+				}
+				res.outcome = *ev.done
+				res.text = b.String()
+				return &res, nil
+			}
+		}
+	}
+}
+
+func usage(o outcome) map[string]any {
+	return map[string]any{
+		"prompt_tokens": o.stats.PromptTokens, "completion_tokens": o.stats.GeneratedTokens,
+		"total_tokens":          o.stats.PromptTokens + o.stats.GeneratedTokens,
+		"prompt_tokens_details": map[string]any{"cached_tokens": o.stats.CachedTokens},
+	}
+}
+
+func openaiCalls(calls []toolCall, indexed bool) []any {
+	out := make([]any, len(calls))
+	for i, c := range calls {
+		m := map[string]any{"id": c.ID, "type": "function", "function": map[string]any{"name": c.Name, "arguments": c.Arguments}}
+		if indexed {
+			m["index"] = i
+		}
+		out[i] = m
+	}
+	return out
+}
+
+// lp makes a logprob JSON-safe (the wire format has no NaN or -Inf).
+func lp(v float32) float64 {
+	f := float64(v)
+	if math.IsNaN(f) {
+		return 0
+	}
+	if math.IsInf(f, -1) {
+		return -9999
+	}
+	return f
+}
+
+func (s *Server) tokenText(id int) string { return s.cfg.Tokenizer.Decode([]int{id}, false) }
+
+func byteList(s string) []int {
+	out := make([]int, len(s))
+	for i := 0; i < len(s); i++ {
+		out[i] = int(s[i])
+	}
+	return out
+}
+
+// chatLogprobs is chat's logprobs.content list.
+func (s *Server) chatLogprobs(toks []tokenLP) []any {
+	out := make([]any, 0, len(toks))
+	for _, t := range toks {
+		text := s.tokenText(int(t.ID))
+		top := make([]any, 0, len(t.Top))
+		for _, a := range t.Top {
+			at := s.tokenText(a.ID)
+			top = append(top, map[string]any{"token": at, "logprob": lp(a.Logprob), "bytes": byteList(at)})
+		}
+		out = append(out, map[string]any{"token": text, "logprob": lp(t.Logprob), "bytes": byteList(text), "top_logprobs": top})
+	}
+	return out
+}
+
+// completionLogprobs is the legacy completions logprobs object.
+func (s *Server) completionLogprobs(toks []tokenLP, top, offset int) map[string]any {
+	tokens := make([]string, 0, len(toks))
+	lps := make([]float64, 0, len(toks))
+	tops := make([]map[string]float64, 0, len(toks))
+	offs := make([]int, 0, len(toks))
+	for _, t := range toks {
+		text := s.tokenText(int(t.ID))
+		tokens = append(tokens, text)
+		lps = append(lps, lp(t.Logprob))
+		m := map[string]float64{}
+		for i, a := range t.Top {
+			if i < top {
+				m[s.tokenText(a.ID)] = lp(a.Logprob)
+			}
+		}
+		tops = append(tops, m)
+		offs = append(offs, offset)
+		offset += len(text)
+	}
+	return map[string]any{"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offs}
+}

@@ -1,0 +1,368 @@
+package serve
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/tensor"
+	"github.com/mlxgo/mlxgo/tokenizer"
+)
+
+// Defaults of Config's zero fields.
+const (
+	DefaultQueueSize        = 64
+	DefaultMaxTokens        = 512 // mlx_lm.server's --max-tokens
+	DefaultMaxBodyBytes     = 32 << 20
+	DefaultPromptCacheBytes = 2 << 30
+)
+
+// SamplingDefaults fill sampling fields a request leaves out. A nil field
+// has no default at this level (the next level, or the field's zero value,
+// applies).
+type SamplingDefaults struct {
+	Temperature       *float64
+	TopP              *float64
+	TopK              *int
+	MinP              *float64
+	RepetitionPenalty *float64
+}
+
+// Over returns d with its nil fields taken from fallback: d wins.
+func (d SamplingDefaults) Over(fallback SamplingDefaults) SamplingDefaults {
+	if d.Temperature == nil {
+		d.Temperature = fallback.Temperature
+	}
+	if d.TopP == nil {
+		d.TopP = fallback.TopP
+	}
+	if d.TopK == nil {
+		d.TopK = fallback.TopK
+	}
+	if d.MinP == nil {
+		d.MinP = fallback.MinP
+	}
+	if d.RepetitionPenalty == nil {
+		d.RepetitionPenalty = fallback.RepetitionPenalty
+	}
+	return d
+}
+
+// LoadGenerationConfig reads the sampling defaults of a model folder's
+// generation_config.json (a missing file gives no defaults). HF's
+// do_sample=false means greedy decoding whatever temperature says.
+func LoadGenerationConfig(dir string) (SamplingDefaults, error) {
+	var d SamplingDefaults
+	raw, err := os.ReadFile(filepath.Join(dir, "generation_config.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return d, nil
+	}
+	if err != nil {
+		return d, err
+	}
+	var g struct {
+		DoSample          *bool    `json:"do_sample"`
+		Temperature       *float64 `json:"temperature"`
+		TopP              *float64 `json:"top_p"`
+		TopK              *int     `json:"top_k"`
+		MinP              *float64 `json:"min_p"`
+		RepetitionPenalty *float64 `json:"repetition_penalty"`
+	}
+	if err := json.Unmarshal(raw, &g); err != nil {
+		return d, fmt.Errorf("generation_config.json: %w", err)
+	}
+	d = SamplingDefaults{Temperature: g.Temperature, TopP: g.TopP, TopK: g.TopK, MinP: g.MinP, RepetitionPenalty: g.RepetitionPenalty}
+	if g.DoSample != nil && !*g.DoSample {
+		zero := 0.0
+		d.Temperature = &zero
+	}
+	return d, nil
+}
+
+// Config describes the one model a Server serves and how.
+type Config struct {
+	// Model runs the forward passes; only the engine goroutine calls it.
+	Model generate.Model
+	// ModelID is the name /v1/models reports; requests may name it, one
+	// of Aliases, or leave model empty. Any other name is a 404.
+	ModelID string
+	Aliases []string
+	// Tokenizer encodes prompts and decodes output (required).
+	Tokenizer *tokenizer.Tokenizer
+	// Template renders chat messages (nil: a plain "role: content" layout).
+	Template *tokenizer.ChatTemplate
+	// TemplateKwargs are chat-template variables every request gets
+	// (a request's chat_template_kwargs override them).
+	TemplateKwargs map[string]any
+	// EOS ends generation.
+	EOS []int32
+	// ContextLength bounds prompt + max_tokens (0: unchecked).
+	ContextLength int
+	// MaxTokens is the generation limit when a request gives none
+	// (0: DefaultMaxTokens).
+	MaxTokens int
+	// Sampling are the defaults for omitted sampling fields, already
+	// layered (generation_config.json over the server's flags).
+	Sampling SamplingDefaults
+	// Backend and Memory are passed to generate.Options.
+	Backend tensor.Backend
+	Memory  generate.MemoryInfo
+	// PrefillChunkSize is generate.Options.PrefillChunkSize.
+	PrefillChunkSize int
+	// PromptCacheBytes caps the prompt cache (0: DefaultPromptCacheBytes;
+	// negative: no prompt cache).
+	PromptCacheBytes int
+	// SnapshotPrompt stores a snapshot of the caches at the end of each
+	// prompt besides the one after generation: needed for models with
+	// sliding-window (untrimmable) caches, so that the next turn can reuse
+	// the prompt's KV.
+	SnapshotPrompt bool
+	// QueueSize bounds the requests waiting for the engine (0:
+	// DefaultQueueSize); a full queue answers 429.
+	QueueSize int
+	// MaxBodyBytes bounds a request body (0: DefaultMaxBodyBytes); larger
+	// bodies get 413.
+	MaxBodyBytes int64
+	// ToolFormat forces the tool-call syntax ("hermes", "gemma4",
+	// "llama3"); "" detects it from the vocabulary and template.
+	ToolFormat string
+	// Logger receives request and panic logs (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
+// Server answers OpenAI- and Anthropic-compatible requests with one model.
+// It is an http.Handler; Close stops its engine.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	eng     *engine
+	mux     *http.ServeMux
+	created int64
+	format  outputFormat
+	gramMu  sync.Mutex
+	gram    *grammarVocab
+}
+
+// New starts a server's engine goroutine. The caller keeps ownership of
+// the model and tokenizer and must Close the server before freeing them.
+func New(cfg Config) (*Server, error) {
+	if cfg.Model == nil || cfg.Tokenizer == nil {
+		return nil, errors.New("serve: Config needs a Model and a Tokenizer")
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = DefaultQueueSize
+	}
+	if cfg.MaxTokens <= 0 {
+		cfg.MaxTokens = DefaultMaxTokens
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.PromptCacheBytes == 0 {
+		cfg.PromptCacheBytes = DefaultPromptCacheBytes
+	}
+	if cfg.ModelID == "" {
+		cfg.ModelID = "default_model"
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, created: time.Now().Unix()}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	src := ""
+	if cfg.Template != nil {
+		src = cfg.Template.Source()
+	}
+	s.format = detectFormat(cfg.ToolFormat, cfg.Tokenizer, src)
+	s.eng = newEngine(&s.cfg, s.log)
+	s.routes()
+	return s, nil
+}
+
+// Close stops the engine after the request it is running and frees the
+// prompt cache; queued requests are answered with an error.
+func (s *Server) Close() { s.eng.close() }
+
+// ServeHTTP dispatches a request, recovering from panics so that one bad
+// request never takes the server down.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rw := &trackingWriter{ResponseWriter: w}
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.Error("panic serving request", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			if !rw.wrote {
+				writeError(rw, http.StatusInternalServerError, "internal server error", "server_error", "", "")
+			}
+		}
+	}()
+	r.Body = http.MaxBytesReader(rw, r.Body, s.cfg.MaxBodyBytes)
+	start := time.Now()
+	s.mux.ServeHTTP(rw, r)
+	s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rw.status, "ms", time.Since(start).Milliseconds())
+}
+
+// trackingWriter remembers whether the response started (a panic after
+// that cannot send an error status) and passes Flush through.
+type trackingWriter struct {
+	http.ResponseWriter
+	wrote  bool
+	status int
+}
+
+func (t *trackingWriter) WriteHeader(code int) {
+	if !t.wrote {
+		t.wrote, t.status = true, code
+	}
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *trackingWriter) Write(b []byte) (int, error) {
+	if !t.wrote {
+		t.wrote, t.status = true, http.StatusOK
+	}
+	return t.ResponseWriter.Write(b)
+}
+
+// Flush sends buffered stream data to the client.
+func (t *trackingWriter) Flush() {
+	if f, ok := t.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
+
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("/v1/chat/completions", s.only("POST", s.handleChat))
+	m.HandleFunc("/chat/completions", s.only("POST", s.handleChat))
+	m.HandleFunc("/v1/completions", s.only("POST", s.handleCompletions))
+	m.HandleFunc("/completions", s.only("POST", s.handleCompletions))
+	m.HandleFunc("/v1/messages", s.only("POST", s.handleMessages))
+	m.HandleFunc("/v1/models", s.only("GET", s.handleModels))
+	m.HandleFunc("/v1/models/{id...}", s.only("GET", s.handleModel))
+	m.HandleFunc("/health", s.only("GET", s.handleHealth))
+	m.HandleFunc("/stats", s.only("GET", s.handleStats))
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown route %s %s", r.Method, r.URL.Path), "invalid_request_error", "", "not_found")
+	})
+	s.mux = m
+}
+
+// only answers 405 (with Allow) to methods other than method; HEAD is
+// allowed where GET is.
+func (s *Server) only(method string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method && !(method == "GET" && r.Method == "HEAD") {
+			w.Header().Set("Allow", method)
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s (use %s)", r.Method, r.URL.Path, method), "invalid_request_error", "", "method_not_allowed")
+			return
+		}
+		h(w, r)
+	}
+}
+
+// apiError is an error with its HTTP status and OpenAI error fields.
+type apiError struct {
+	status  int
+	message string
+	typ     string
+	param   string
+	code    string
+}
+
+func (e *apiError) Error() string { return e.message }
+
+func badRequest(param, format string, args ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, message: fmt.Sprintf(format, args...), typ: "invalid_request_error", param: param}
+}
+
+// writeError writes OpenAI's error object.
+func writeError(w http.ResponseWriter, status int, msg, typ, param, code string) {
+	body := map[string]any{"message": msg, "type": typ, "param": nil, "code": nil}
+	if param != "" {
+		body["param"] = param
+	}
+	if code != "" {
+		body["code"] = code
+	}
+	writeJSON(w, status, map[string]any{"error": body})
+}
+
+func (s *Server) writeAPIError(w http.ResponseWriter, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = &apiError{status: http.StatusInternalServerError, message: err.Error(), typ: "server_error"}
+	}
+	if ae.status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeError(w, ae.status, ae.message, ae.typ, ae.param, ae.code)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b = []byte(`{"error":{"message":"encoding the response failed","type":"server_error","param":null,"code":null}}`)
+		status = http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// checkModel accepts the served model's id, an alias, its folder's base
+// name, or an empty name.
+func (s *Server) checkModel(name string) error {
+	if name == "" || name == s.cfg.ModelID || name == "default_model" || filepath.Base(s.cfg.ModelID) == name {
+		return nil
+	}
+	for _, a := range s.cfg.Aliases {
+		if a == name {
+			return nil
+		}
+	}
+	return &apiError{status: http.StatusNotFound, message: fmt.Sprintf("the model %q does not exist (this server serves %q)", name, s.cfg.ModelID), typ: "invalid_request_error", param: "model", code: "model_not_found"}
+}
+
+func (s *Server) modelObject() map[string]any {
+	return map[string]any{"id": s.cfg.ModelID, "object": "model", "created": s.created, "owned_by": "mlxgo"}
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{s.modelObject()}})
+}
+
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := s.checkModel(id); err != nil || id == "" {
+		if err == nil {
+			err = &apiError{status: http.StatusNotFound, message: "no model id given", typ: "invalid_request_error", param: "model", code: "model_not_found"}
+		}
+		s.writeAPIError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.modelObject())
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+}
+
+func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.Stats())
+}
+
+// Stats returns the server's counters (what GET /stats reports).
+func (s *Server) Stats() Stats { return s.eng.stats() }

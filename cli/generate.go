@@ -39,6 +39,7 @@ type genFlags struct {
 	seed                                              uint64
 	raw, ignoreEOS, copyWeights, asJSON               bool
 	stops                                             []string
+	gram                                              grammarFlags
 }
 
 // runGenerate loads a model, builds the prompt (chat template applied to
@@ -73,6 +74,7 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fl.BoolVar(&f.ignoreEOS, "ignore-eos", false, "keep going past end-of-sequence tokens")
 	fl.BoolVar(&f.copyWeights, "copy-weights", false, "copy weights into memory instead of mapping the files")
 	fl.BoolVar(&f.asJSON, "json", false, `print {"ids": [...], "text": "...", "stats": {...}} instead of streaming`)
+	addGrammarFlags(fl, &f.gram)
 	fl.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: mlxgo generate [--model MODEL] (PROMPT | --prompt TEXT | --prompt-ids 1,2,3) [flags]")
 		fl.PrintDefaults()
@@ -104,6 +106,10 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --prefill-chunk-size must be > 0", errUsage)
 	case f.logprobs < 0:
 		return fmt.Errorf("%w: --logprobs must be ≥ 0", errUsage)
+	}
+	gram, err := f.gram.parse()
+	if err != nil {
+		return err
 	}
 	if f.maxTokens == 0 {
 		return printResult(stdout, f.asJSON, nil, "", nil, generate.Stats{})
@@ -156,6 +162,12 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 					opts.EOS = append(opts.EOS, int32(id))
 				}
 			}
+		}
+	}
+
+	if gram != nil {
+		if err := useGrammar(gram, &f, tok, info.Vocab, info.EOS, opts, stderr); err != nil {
+			return err
 		}
 	}
 
@@ -233,6 +245,9 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 
 // chooseBackend opens the backend the --backend flag names; auto prefers
 // MLX and falls back to the CPU backend when libmlxc is not installed.
+// The MemoryInfo it returns is nil: the generation loop takes peak memory
+// and cache clearing from the backend itself when it has them (the MLX
+// backend does), so no adapter is needed.
 func chooseBackend(name string, stderr io.Writer) (tensor.Backend, generate.MemoryInfo, error) {
 	switch name {
 	case "cpu":
@@ -241,7 +256,7 @@ func chooseBackend(name string, stderr io.Writer) (tensor.Backend, generate.Memo
 	case "mlx", "auto":
 		be, err := mlxffi.Open()
 		if err == nil {
-			return be, mlxMemory{}, nil
+			return be, nil, nil
 		}
 		if name == "mlx" {
 			return nil, nil, err
@@ -255,12 +270,6 @@ func chooseBackend(name string, stderr io.Writer) (tensor.Backend, generate.Memo
 		return nil, nil, fmt.Errorf("%w: --backend %q (want cpu, mlx or auto)", errUsage, name)
 	}
 }
-
-// mlxMemory reports MLX's allocator statistics to the generation loop.
-type mlxMemory struct{}
-
-func (mlxMemory) PeakMemory() (uint64, error) { return mlxffi.PeakMemory() }
-func (mlxMemory) ClearCache() error           { return mlxffi.ClearCache() }
 
 // promptTokens turns --prompt-ids or --prompt into token ids. A --prompt
 // goes through the model's chat template (as one user message, after the
@@ -343,6 +352,9 @@ func printResult(w io.Writer, asJSON bool, ids []int32, text string, lps []token
 func printStats(w io.Writer, st generate.Stats) {
 	fmt.Fprintf(w, "Prompt: %d tokens (%d cached), %.3f tokens-per-sec\n", st.PromptTokens, st.CachedTokens, st.PrefillTPS)
 	fmt.Fprintf(w, "Generation: %d tokens, %.3f tokens-per-sec\n", st.GeneratedTokens, st.DecodeTPS)
+	if st.ForcedTokens > 0 {
+		fmt.Fprintf(w, "Jump-forward: %d forced tokens, %d decode steps\n", st.ForcedTokens, st.DecodeSteps)
+	}
 	if st.PeakMemory > 0 {
 		fmt.Fprintf(w, "Peak memory: %.3f GB\n", float64(st.PeakMemory)/1e9)
 	}

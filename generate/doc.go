@@ -20,6 +20,13 @@
 // token on the host (a grammar, whose mask needs it, and the
 // history-based penalties of the sampler) read each token eagerly instead.
 //
+// With a Grammar, Options.JumpForward (plus a Codec to tokenize text)
+// turns on jump-forward decoding: when the grammar forces the text after
+// a sampled token (a JSON key, punctuation), the sampled token and that
+// text are tokenized together and fed through one multi-token forward
+// pass, as a small prefill, instead of one decode step per token. The
+// grammar's optional JumpForwarder interface supplies the forced text.
+//
 // PromptCache keeps snapshots of KV caches keyed by the tokens they hold,
 // so that a chat's next turn only prefills what is new, and StopMatcher
 // finds stop strings in streamed text while holding back the text that

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math"
 	"runtime"
 	"slices"
 	"time"
@@ -46,6 +47,29 @@ type Grammar interface {
 	// IsTerminated reports whether the grammar accepted a stop token, after
 	// which nothing more may be generated.
 	IsTerminated() bool
+}
+
+// JumpForwarder is the optional part of a Grammar that jump-forward
+// decoding needs (*grammar.Matcher implements it): the text the grammar
+// forces next, and undoing accepted tokens so that the sampled token can
+// be replaced by the canonical tokenization of itself plus that text.
+type JumpForwarder interface {
+	// JumpForward returns the longest text every allowed continuation
+	// starts with ("" when there is a choice or the grammar may end),
+	// without changing the state.
+	JumpForward() string
+	// Rollback undoes the last n accepted tokens.
+	Rollback(n int) error
+}
+
+// Codec turns text into token ids and back. It is how jump-forward
+// decoding tokenizes forced text without generate depending on a
+// tokenizer; a caller adapts its tokenizer (no special tokens added).
+type Codec interface {
+	// Encode returns the canonical ids of text.
+	Encode(text string) []int32
+	// Decode returns the text of ids.
+	Decode(ids []int32) string
 }
 
 // MemoryInfo is the optional memory interface of a backend (an allocator
@@ -94,6 +118,18 @@ type Options struct {
 	Sampler sampler.Params
 	// Grammar, when set, masks every step to the tokens it allows.
 	Grammar Grammar
+	// JumpForward, when the Grammar implements JumpForwarder and Codec is
+	// set, feeds the text the grammar forces after a sampled token through
+	// one multi-token forward pass instead of sampling it token by token:
+	// the sampled token and the forced text are tokenized together (so
+	// that the token stream stays the one the tokenizer would produce) and
+	// the last of those tokens is left to sampling, since it could merge
+	// with the text that follows. The forced tokens are yielded like
+	// sampled ones, with NaN logprobs; jump-forward is off whenever
+	// logprobs are requested, since forced tokens have none.
+	JumpForward bool
+	// Codec tokenizes the forced text for JumpForward.
+	Codec Codec
 
 	// Caches are pre-warmed caches (from a PromptCache): their offset
 	// counts as already prefilled and must be smaller than the prompt
@@ -141,6 +177,9 @@ type Token struct {
 	Logprob float32
 	// Top holds the most likely alternatives, when asked for.
 	Top []sampler.TokenLogprob
+	// Forced marks a token jump-forward fed because the grammar forced
+	// its text, instead of sampling it (see Options.JumpForward).
+	Forced bool
 }
 
 // Stop reasons recorded in Stats.StopReason.
@@ -174,6 +213,12 @@ type Stats struct {
 	// Pipelined reports whether decode dispatched step n+1 before reading
 	// step n (false with a grammar or history-based penalties).
 	Pipelined bool `json:"pipelined"`
+	// DecodeSteps counts the decode forward passes (one per sampled
+	// token); with jump-forward it is smaller than GeneratedTokens.
+	DecodeSteps int `json:"decode_steps"`
+	// ForcedTokens counts the tokens jump-forward fed without sampling
+	// them: the decode steps it saved.
+	ForcedTokens int `json:"forced_tokens,omitempty"`
 	// CacheTokens are exactly the tokens whose KV the caches hold, in
 	// order: the key under which PromptCache.Put stores them.
 	CacheTokens []int32 `json:"-"`
@@ -438,18 +483,45 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 	if s.o.Grammar != nil {
 		mask = make([]int32, (s.vocab+31)/32)
 	}
-	// Step 0: the last prompt token alone.
-	cur, err := s.dispatch(s.hostIDs(s.prompt[total-1:]), history, mask)
+	// Step 0: the last prompt token alone — with jump-forward, followed by
+	// the text the grammar forces at the start, unless a snapshot of the
+	// caches is still due after this step.
+	jf := s.jumpForwarder()
+	var lead []int32
+	if jf != nil && fired {
+		room := -1
+		if s.o.MaxTokens > 0 {
+			room = s.o.MaxTokens - 1 // leave room for a sampled token
+		}
+		if lead, err = s.leading(jf, room); err != nil {
+			return err
+		}
+		s.stats.ForcedTokens += len(lead)
+		history = append(history, lead...)
+	}
+	in := append(slices.Clone(s.prompt[total-1:]), lead...)
+	cur, err := s.dispatch(s.hostIDs(in), history, mask)
 	if err != nil {
 		return err
 	}
-	cacheToks = append(cacheToks, s.prompt[total-1])
+	cacheToks = append(cacheToks, in...)
 	pos = total
 	defer func() { cur.free() }()
 	fire()
 
 	var first time.Time
-	for n := 0; ; n++ {
+	// n counts the tokens yielded so far; a step yields one sampled token
+	// and, with jump-forward, the forced tokens after it.
+	n := 0
+	for _, t := range lead {
+		s.stats.GeneratedTokens++
+		if !yield(Token{ID: t, Index: n, Logprob: float32(math.NaN()), Forced: true}, nil) {
+			s.stats.StopReason = StopConsumer
+			return errConsumer
+		}
+		n++
+	}
+	for {
 		more := s.o.MaxTokens < 0 || n+1 < s.o.MaxTokens
 		var next *pending
 		if pipelined && more && !cancelled() {
@@ -467,7 +539,7 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 		cur.st = nil
 		cur = next
 		now := time.Now()
-		if n == 0 {
+		if first.IsZero() {
 			first = now
 			s.stats.PrefillMs = msSince(start, now)
 			if s.stats.PrefillMs > 0 {
@@ -475,7 +547,7 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 			}
 		} else {
 			s.stats.DecodeMs = msSince(first, now)
-			s.stats.DecodeTPS = float64(n) / (s.stats.DecodeMs / 1000)
+			s.stats.DecodeTPS = float64(n-len(lead)) / (s.stats.DecodeMs / 1000) // tokens after the first sampled one
 		}
 		id := int32(res.Token)
 		if next != nil {
@@ -490,17 +562,38 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 			s.stats.StopReason = StopEOS
 			return nil
 		}
-		tok := Token{ID: id, Index: n, Logprob: res.Logprob, Top: res.Top}
-		s.stats.GeneratedTokens++
-		if !yield(tok, nil) {
-			s.stats.StopReason = StopConsumer
-			return errConsumer
+		step := []int32{id}
+		if jf != nil {
+			room := -1
+			if s.o.MaxTokens > 0 {
+				room = s.o.MaxTokens - n
+			}
+			f, err := s.forced(jf, id, room)
+			if err != nil {
+				return err
+			}
+			if f != nil {
+				step = f
+				s.stats.ForcedTokens += len(f) - 1
+			}
+		}
+		for i, t := range step {
+			tok := Token{ID: t, Index: n, Logprob: res.Logprob, Top: res.Top}
+			if i > 0 || t != id {
+				tok.Logprob, tok.Top, tok.Forced = float32(math.NaN()), nil, true
+			}
+			n++
+			s.stats.GeneratedTokens++
+			if !yield(tok, nil) {
+				s.stats.StopReason = StopConsumer
+				return errConsumer
+			}
 		}
 		if g := s.o.Grammar; g != nil && g.IsTerminated() {
 			s.stats.StopReason = StopGrammar
 			return nil
 		}
-		if !more {
+		if s.o.MaxTokens >= 0 && n >= s.o.MaxTokens {
 			s.stats.StopReason = StopLength
 			return nil
 		}
@@ -508,20 +601,114 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 			return s.ctx.Err()
 		}
 		if !pipelined {
-			history = append(history, id)
-			cur, err = s.dispatch(s.hostIDs([]int32{id}), history, mask)
+			history = append(history, step...)
+			cur, err = s.dispatch(s.hostIDs(step), history, mask)
 			if err != nil {
 				return err
 			}
-			cacheToks = append(cacheToks, id)
+			cacheToks = append(cacheToks, step...)
 		}
 		if cur == nil {
 			return errors.New("generate: internal error: no step in flight")
 		}
-		if n%256 == 255 && s.mem != nil {
+		if s.stats.DecodeSteps%256 == 255 && s.mem != nil {
 			_ = s.mem.ClearCache()
 		}
 	}
+}
+
+// jumpForwarder returns the grammar's JumpForwarder when jump-forward
+// decoding is on and possible for this request.
+func (s *Stream) jumpForwarder() JumpForwarder {
+	p := s.o.Sampler
+	if !s.o.JumpForward || s.o.Codec == nil || p.Logprobs || p.TopLogprobs > 0 {
+		return nil
+	}
+	jf, _ := s.o.Grammar.(JumpForwarder)
+	return jf
+}
+
+// leading returns the tokens of the text the grammar forces before
+// anything is sampled (a JSON object's opening brace and first key), with
+// the grammar moved onto them, less the last token, which may merge with
+// what follows; nil when nothing is forced or the grammar refuses the
+// encoding. room caps the tokens (-1: none).
+func (s *Stream) leading(jf JumpForwarder, room int) ([]int32, error) {
+	text := jf.JumpForward()
+	if text == "" {
+		return nil, nil
+	}
+	c := s.o.Codec
+	ids := c.Encode(text)
+	if len(ids) < 2 || c.Decode(ids) != text {
+		return nil, nil
+	}
+	ids = ids[:len(ids)-1]
+	if room >= 0 && len(ids) > room {
+		ids = ids[:room]
+	}
+	for i, t := range ids {
+		if t < 0 || int(t) >= s.vocab || !s.o.Grammar.AcceptToken(int(t)) {
+			if jf.Rollback(i) != nil {
+				return nil, errors.New("generate: the grammar could not undo a jump-forward")
+			}
+			return nil, nil
+		}
+	}
+	return ids, nil
+}
+
+// forced returns the tokens to feed in place of the sampled (and already
+// accepted) id when the grammar forces text after it, with the grammar
+// moved onto them; nil leaves the step as it was. The sampled token and
+// the forced text are encoded together, since the tokenizer may merge
+// across their boundary (a sampled `"` before a forced `name":` becomes
+// `"name`, `":` when encoded whole); the last token of that encoding is
+// dropped, because it may merge with the text still to be sampled, and it
+// costs one step to sample it instead. room caps the tokens (-1: none).
+// Any disagreement (the sampled token does not round-trip through the
+// codec, the encoding does not spell the text, the grammar refuses a
+// token) falls back to ordinary decoding, which is always valid.
+func (s *Stream) forced(jf JumpForwarder, id int32, room int) ([]int32, error) {
+	text := jf.JumpForward()
+	if text == "" {
+		return nil, nil
+	}
+	c := s.o.Codec
+	one := []int32{id}
+	pre := c.Decode(one)
+	if !slices.Equal(c.Encode(pre), one) {
+		return nil, nil
+	}
+	ids := c.Encode(pre + text)
+	if len(ids) < 2 || c.Decode(ids) != pre+text {
+		return nil, nil
+	}
+	ids = ids[:len(ids)-1]
+	if room >= 0 && len(ids) > room {
+		ids = ids[:room]
+	}
+	if len(ids) == 0 || slices.Equal(ids, one) {
+		return nil, nil
+	}
+	for _, t := range ids {
+		if t < 0 || int(t) >= s.vocab {
+			return nil, nil
+		}
+	}
+	g := s.o.Grammar
+	if jf.Rollback(1) != nil {
+		return nil, nil
+	}
+	for i, t := range ids {
+		if !g.AcceptToken(int(t)) {
+			if jf.Rollback(i) != nil || !g.AcceptToken(int(id)) {
+				return nil, errors.New("generate: the grammar could not undo a jump-forward")
+			}
+			return nil, nil
+		}
+	}
+	return ids, nil
 }
 
 func msSince(a, b time.Time) float64 { return float64(b.Sub(a).Nanoseconds()) / 1e6 }
@@ -571,6 +758,7 @@ func (s *Stream) dispatch(in *tensor.Array, history []int32, mask []int32) (p *p
 	defer tensor.Recover(&err)
 	sc := tensor.NewScope()
 	defer sc.Close()
+	s.stats.DecodeSteps++
 	h, err := s.m.Forward(in, s.caches)
 	in.Free()
 	if err != nil {

@@ -30,17 +30,18 @@ func mlxBackend(t testing.TB) tensor.Backend {
 }
 
 // TestMLXGreedyParity runs the pipelined loop on the lazy MLX backend:
-// greedy output equals HF's on float32 fixtures, from a cold start and
-// from a PromptCache, and the dispatch order is the pipelined one.
+// greedy output equals HF's on every float32 fixture, from a cold start
+// and from a PromptCache, the dispatch order is the pipelined one, and the
+// peak memory comes from the backend's own PeakMemory (no Options.Memory).
 func TestMLXGreedyParity(t *testing.T) {
 	be := mlxBackend(t)
-	for _, name := range []string{"llama3", "qwen3", "gemma4_kv"} {
+	for _, name := range allFixtures {
 		t.Run(name, func(t *testing.T) {
 			t.Cleanup(tensortest.NoLeaks(t))
 			g := readGolden(t, name)
 			m := loadModel(t, filepath.Join(fixtures, name, "f32"), be)
 			for _, chunk := range []int{3, 2048} {
-				out, st, err := collect(t, m, g.Prompt, &generate.Options{MaxTokens: len(g.GreedyF32), PrefillChunkSize: chunk, Backend: be, Memory: mlxMemory{}})
+				out, st, err := collect(t, m, g.Prompt, &generate.Options{MaxTokens: len(g.GreedyF32), PrefillChunkSize: chunk, Backend: be})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -53,7 +54,7 @@ func TestMLXGreedyParity(t *testing.T) {
 			}
 			pc := generate.NewPromptCache(1 << 30)
 			defer pc.Clear()
-			s, err := generate.Generate(t.Context(), m, g.Prompt[:12], &generate.Options{MaxTokens: 1, Backend: be, Memory: mlxMemory{}})
+			s, err := generate.Generate(t.Context(), m, g.Prompt[:12], &generate.Options{MaxTokens: 1, Backend: be})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -62,7 +63,7 @@ func TestMLXGreedyParity(t *testing.T) {
 			pc.Put(s.Stats().CacheTokens, s.TakeCaches())
 			s.Close()
 			caches, n := pc.Take(g.Prompt)
-			out, st, err := collect(t, m, g.Prompt, &generate.Options{MaxTokens: len(g.GreedyF32), Caches: caches, Backend: be, Memory: mlxMemory{}})
+			out, st, err := collect(t, m, g.Prompt, &generate.Options{MaxTokens: len(g.GreedyF32), Caches: caches, Backend: be})
 			freeAll(caches)
 			if err != nil {
 				t.Fatal(err)
@@ -74,9 +75,3 @@ func TestMLXGreedyParity(t *testing.T) {
 		})
 	}
 }
-
-// mlxMemory adapts mlxffi's memory functions to generate.MemoryInfo.
-type mlxMemory struct{}
-
-func (mlxMemory) PeakMemory() (uint64, error) { return mlxffi.PeakMemory() }
-func (mlxMemory) ClearCache() error           { return mlxffi.ClearCache() }

@@ -20,6 +20,10 @@
 // for a 262,144-token vocabulary. Compiler caches compiled grammars by
 // text.
 //
+// NewTokenizerVocab reads a Vocabulary from any tokenizer with Token, ID
+// and IsSpecial methods (the tokenizer module's *Tokenizer has them), so
+// neither module imports the other.
+//
 // Generation loops consume the TokenMatcher interface; Matcher
 // implements it.
 package grammar

@@ -56,3 +56,35 @@ func BenchmarkAddEval(b *testing.B) {
 		y.Free()
 	}
 }
+
+// TestBackendMemoryInfo checks the Backend's PeakMemory and ClearCache
+// methods (what generate.MemoryInfo asks for): the peak covers a freshly
+// evaluated 4 MiB array, and ClearCache empties the allocator's cache of
+// the buffer that array returned to it.
+func TestBackendMemoryInfo(t *testing.T) {
+	be := mlxBackend(t)
+	var mi interface {
+		PeakMemory() (uint64, error)
+		ClearCache() error
+	} = be
+	if err := ResetPeakMemory(); err != nil {
+		t.Fatal(err)
+	}
+	a := tensor.FullOn(be, []int{1 << 20}, 1, tensor.Float32)
+	tensor.Eval(a)
+	peak, err := mi.PeakMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if peak < 4<<20 {
+		t.Errorf("peak %d bytes with a 4 MiB array live", peak)
+	}
+	a.Free()
+	Do(func() {}) // run the queued release
+	if err := mi.ClearCache(); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := CacheMemory(); err != nil || c != 0 {
+		t.Errorf("cache memory after ClearCache: %d bytes (%v)", c, err)
+	}
+}

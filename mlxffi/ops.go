@@ -2,6 +2,7 @@ package mlxffi
 
 import (
 	"math"
+	"runtime"
 	"slices"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -540,12 +541,27 @@ func (be *Backend) RoPE(x *tensor.Array, o tensor.RoPEOptions) *tensor.Array {
 // SDPA is mlx_fast_scaled_dot_product_attention. Where the tensor API's
 // semantics differ from MLX's, the result is fixed up: rows with no
 // visible key (fully masked, or causal rows before the first key) give
-// zeros rather than NaN or a uniform average.
+// zeros rather than NaN or a uniform average; and where MLX would run its
+// unfused fallback (always on the CPU device), half-precision inputs are
+// widened to float32 first and the result rounded back, because that
+// fallback computes and softmaxes the scores in the input dtype while the
+// tensor API asks for float32 scores (its fused kernels do that
+// internally). Without this, bfloat16 attention on MLX's CPU differs from
+// the CPU backend by a bfloat16 step in about half the outputs, enough to
+// flip a near-tied MoE routing decision in the tiny parity fixtures.
 func (be *Backend) SDPA(q, k, v *tensor.Array, o tensor.SDPAOptions) *tensor.Array {
 	qs, ks := q.Shape(), k.Shape()
 	tq, tk := qs[2], ks[2]
+	widen := q.DType() != tensor.Float32 && be.sdpaFallback(qs, ks, v.Shape(), o.MaskKind)
 	return be.do1("SDPA", func(c *cx) uintptr {
-		qh := hOf(q)
+		qh, kh, vh, sinks := hOf(q), hOf(k), hOf(v), hOf(o.Sinks)
+		outDT := mlx_array_dtype(qh)
+		if widen {
+			qh, kh, vh = c.astype(qh, mFloat32), c.astype(kh, mFloat32), c.astype(vh, mFloat32)
+			if sinks != 0 {
+				sinks = c.astype(sinks, mFloat32)
+			}
+		}
 		mode := ""
 		var mask, valid uintptr
 		switch o.MaskKind {
@@ -567,8 +583,11 @@ func (be *Backend) SDPA(q, k, v *tensor.Array, o tensor.SDPAOptions) *tensor.Arr
 			}
 		}
 		var r uintptr
-		ck(mlx_fast_scaled_dot_product_attention(&r, qh, hOf(k), hOf(v), o.Scale, mode, mask, hOf(o.Sinks), c.s))
+		ck(mlx_fast_scaled_dot_product_attention(&r, qh, kh, vh, o.Scale, mode, mask, sinks, c.s))
 		c.t(r)
+		if widen {
+			r = c.astype(r, outDT)
+		}
 		if valid == 0 {
 			return r
 		}
@@ -578,6 +597,32 @@ func (be *Backend) SDPA(q, k, v *tensor.Array, o tensor.SDPAOptions) *tensor.Arr
 		ck(mlx_where(&out, valid, r, zero, c.s))
 		return c.t(out)
 	})
+}
+
+// sdpaFallback reports whether MLX 0.31 computes this attention with its
+// unfused fallback (scores in the input dtype) rather than a fused kernel
+// (scores in float32): always on the CPU device; on Metal unless the head
+// dimensions and shapes fit its vector kernel (at most 8 queries) or its
+// full kernel (more than 8). CUDA's kernels are taken as fused.
+func (be *Backend) sdpaFallback(qs, ks, vs []int, mk tensor.MaskKind) bool {
+	if be.device == CPU {
+		return true
+	}
+	if runtime.GOOS != "darwin" {
+		return false
+	}
+	hd, tq, tk := qs[3], qs[2], ks[2]
+	if vs[3] != hd {
+		return true
+	}
+	gqa := qs[1] / ks[1]
+	if tq <= 8 {
+		vector := hd == 64 || hd == 96 || hd == 128 || hd == 256
+		return !(vector && tq <= tk && tq*gqa <= 32)
+	}
+	full := hd == 64 || hd == 80 || hd == 128
+	maskOK := mk != tensor.MaskCausal || tq <= tk
+	return !(full && maskOK)
 }
 
 // anyAxis reduces a keep-mask over the key axis: true where a row has at

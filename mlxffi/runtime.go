@@ -220,3 +220,14 @@ func SetCacheLimit(n uint64) (uint64, error) { return setSize(mlx_set_cache_limi
 // SetWiredLimit sets how much memory Metal may keep wired (resident) and
 // returns the previous limit; it fails where there is no such notion.
 func SetWiredLimit(n uint64) (uint64, error) { return setSize(mlx_set_wired_limit, n) }
+
+// PeakMemory reports MLX's allocator high-water mark. As a Backend method
+// it makes the backend satisfy generate.MemoryInfo, so the generation
+// loop reports peak memory for MLX without an adapter. The mark is
+// process-wide (MLX has one allocator), not per Backend.
+func (be *Backend) PeakMemory() (uint64, error) { return PeakMemory() }
+
+// ClearCache returns MLX's cached buffers to the system. As a Backend
+// method it lets the generation loop drop prefill transients between
+// chunks (generate.MemoryInfo) without an adapter.
+func (be *Backend) ClearCache() error { return ClearCache() }

@@ -145,11 +145,19 @@ func TestGemma4Config(t *testing.T) {
 // without caches and in cached chunks smaller than the window, and HF's
 // greedy continuation decoded token by token through the caches.
 func TestGemma4Parity(t *testing.T) {
+	ForEachBackend(t, func(t *testing.T, be tensor.Backend) { gemma4Parity(t, be) })
+}
+
+// gemma4Parity runs TestGemma4Parity's checks on the default backend be.
+func gemma4Parity(t *testing.T, be tensor.Backend) {
 	for _, v := range gemma4Variants {
 		t.Run(v, func(t *testing.T) {
 			g := readGemma4Golden(t, v)
 			live := tensor.LiveArrays()
 			m := loadGemma4(t, filepath.Join("testdata", v, "f32"))
+			if m.w.Backend() != be {
+				t.Fatalf("weights on %s, want %s", m.w.Backend().Name(), be.Name())
+			}
 			if un := m.w.Unused(); len(un) > 0 {
 				t.Errorf("checkpoint tensors never loaded: %v", un)
 			}
@@ -200,6 +208,11 @@ func TestGemma4Parity(t *testing.T) {
 // first step whose top two HF logits are within 0.05 of each other (less
 // than one bfloat16 step at these magnitudes: a coin flip for either side).
 func TestGemma4BF16(t *testing.T) {
+	ForEachBackend(t, func(t *testing.T, be tensor.Backend) { gemma4BF16(t, be) })
+}
+
+// gemma4BF16 runs TestGemma4BF16's checks on the default backend be.
+func gemma4BF16(t *testing.T, be tensor.Backend) {
 	for _, v := range gemma4Variants {
 		t.Run(v, func(t *testing.T) {
 			raw, err := os.ReadFile(filepath.Join("testdata", v, "golden.json"))
@@ -215,6 +228,9 @@ func TestGemma4BF16(t *testing.T) {
 			g := readGemma4Golden(t, v)
 			m := loadGemma4(t, filepath.Join("testdata", v, "bf16"))
 			defer m.Close()
+			if m.w.Backend() != be {
+				t.Fatalf("weights on %s, want %s", m.w.Backend().Name(), be.Name())
+			}
 			if m.Info().DType != tensor.BFloat16 {
 				t.Fatalf("dtype %s", m.Info().DType)
 			}
@@ -346,6 +362,11 @@ func toF64(rows [][]float32) [][]float64 {
 // under any weight rounding, losing far more to it than trained
 // checkpoints do (8 bits already cost some variants cosine 0.87).
 func TestGemma4Quantized(t *testing.T) {
+	ForEachBackend(t, func(t *testing.T, _ tensor.Backend) { gemma4Quantized(t) })
+}
+
+// gemma4Quantized runs TestGemma4Quantized's checks on the default backend.
+func gemma4Quantized(t *testing.T) {
 	for _, v := range gemma4Variants {
 		t.Run(v, func(t *testing.T) {
 			g := readGemma4Golden(t, v)

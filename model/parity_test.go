@@ -79,6 +79,10 @@ func prefillLogits(t *testing.T, m model.Model, prompt []int32, chunk int) [][]f
 			sc.Close()
 			t.Fatal(err)
 		}
+		if l.Backend() != tensor.Default() {
+			sc.Close()
+			t.Fatalf("logits computed on %s, want the %s backend", l.Backend().Name(), tensor.Default().Name())
+		}
 		v := m.Info().Vocab
 		flat := f32s(t, l)
 		for j := range part {
@@ -124,8 +128,15 @@ func equalIDs(t *testing.T, what string, got, want []int32) {
 	}
 }
 
-// checkParity runs the f32 and bf16 checks of one fixture folder.
+// checkParity runs the f32 and bf16 checks of one fixture folder on every
+// backend (the CPU backend, and MLX where libmlxc is installed).
 func checkParity(t *testing.T, dir string) {
+	model.ForEachBackend(t, func(t *testing.T, _ tensor.Backend) { checkParityOn(t, dir) })
+}
+
+// checkParityOn runs the f32 and bf16 checks of one fixture folder on the
+// default backend.
+func checkParityOn(t *testing.T, dir string) {
 	g := readGolden(t, dir)
 	chunk := 5
 	if g.Window > 0 {

@@ -15,21 +15,6 @@ type grammarVocab struct {
 	err error
 }
 
-// vocabKind guesses how the tokenizer spells token bytes: SentencePiece
-// byte-fallback pieces (<0x0A>), GPT-2 byte-level (Ġ, Ċ), or raw text.
-func (s *Server) vocabKind() grammar.VocabKind {
-	tok := s.cfg.Tokenizer
-	if _, ok := tok.ID("<0x0A>"); ok {
-		return grammar.VocabByteFallback
-	}
-	for _, t := range []string{"Ġ", "Ċ", "ĠĠ"} {
-		if _, ok := tok.ID(t); ok {
-			return grammar.VocabByteLevel
-		}
-	}
-	return grammar.VocabRaw
-}
-
 func (s *Server) tokenizerInfo() (*grammar.TokenizerInfo, error) {
 	s.gramMu.Lock()
 	defer s.gramMu.Unlock()
@@ -38,26 +23,15 @@ func (s *Server) tokenizerInfo() (*grammar.TokenizerInfo, error) {
 	}
 	tok := s.cfg.Tokenizer
 	n := s.cfg.Model.VocabSize()
-	pieces := make([]string, n)
-	special := make([]bool, n)
-	for id := 0; id < n; id++ {
-		if p, ok := tok.Token(id); ok {
-			pieces[id] = p
-		}
-		special[id] = tok.IsSpecial(id)
-	}
 	var stop []int
 	for _, id := range s.cfg.EOS {
 		if int(id) < n {
 			stop = append(stop, int(id))
 		}
 	}
+	v := grammar.NewTokenizerVocab(tok, grammar.DetectVocabKind(tok), n, stop)
 	g := &grammarVocab{}
-	v, err := grammar.NewSimpleVocab(s.vocabKind(), pieces, special, stop)
-	if err == nil {
-		g.ti, err = grammar.NewTokenizerInfo(v)
-	}
-	g.err = err
+	g.ti, g.err = grammar.NewTokenizerInfo(v)
 	s.gram = g
 	return g.ti, g.err
 }

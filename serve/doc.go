@@ -15,8 +15,10 @@
 // the engine, then through an output parser in the request's goroutine
 // that splits reasoning (<think>…</think>, Gemma 4's thought channel) and
 // tool calls (Hermes/Qwen <tool_call> JSON, Gemma 4's call:name{…}
-// syntax, Llama 3 JSON) from the content. response_format compiles to a
-// grammar (package grammar) that masks sampling.
+// syntax, Llama 3 JSON) from the content. response_format (json_object,
+// json_schema) and the vLLM-style structured_outputs (json, regex, choice,
+// grammar) compile to a grammar (package grammar) that masks sampling;
+// compiled grammars are cached by their text across requests.
 //
 // Errors are OpenAI's error object (Anthropic's on /v1/messages): 400 for
 // bad JSON, wrong types and invalid values (sampler.ParamError included),

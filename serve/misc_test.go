@@ -3,6 +3,7 @@ package serve
 import (
 	"encoding/json"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -28,6 +29,49 @@ func TestResponseFormatJSON(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(text), &v); err != nil || v.OK == nil {
 		t.Errorf("constrained output %q is not the schema's JSON: %v", text, err)
+	}
+}
+
+// TestStructuredOutputs: the vLLM-style constraints bind the demo model's
+// output (regex, choice, grammar, json), and the compile cache serves a
+// repeated constraint.
+func TestStructuredOutputs(t *testing.T) {
+	d := loadDemo(t)
+	s, hs := startServer(t, d.config())
+	cases := []struct {
+		so    map[string]any
+		check func(string) bool
+	}{
+		{map[string]any{"regex": "(yes|no), because [a-z]+"}, func(x string) bool {
+			return regexp.MustCompile(`^(yes|no), because [a-z]+$`).MatchString(x)
+		}},
+		{map[string]any{"choice": []string{"red whale", "white whale", "grey whale"}}, func(x string) bool {
+			return x == "red whale" || x == "white whale" || x == "grey whale"
+		}},
+		{map[string]any{"grammar": `root ::= "Call me " name "."` + "\n" + `name ::= [A-Z] [a-z]+`}, func(x string) bool {
+			return regexp.MustCompile(`^Call me [A-Z][a-z]+\.$`).MatchString(x)
+		}},
+		{map[string]any{"json": map[string]any{"type": "object", "properties": map[string]any{"n": map[string]any{"type": "integer", "minimum": 0, "maximum": 999}}, "required": []string{"n"}, "additionalProperties": false}}, func(x string) bool {
+			var v struct{ N *int }
+			return json.Unmarshal([]byte(x), &v) == nil && v.N != nil
+		}},
+	}
+	for i, c := range cases {
+		for rep := 0; rep < 2; rep++ {
+			code, out := post(t, hs.URL+"/v1/chat/completions", map[string]any{
+				"messages": []any{map[string]any{"role": "user", "content": "Tell me about the whale."}}, "max_tokens": 48, "temperature": 0,
+				"structured_outputs": c.so})
+			if code != 200 {
+				t.Fatalf("case %d: %d %v", i, code, out)
+			}
+			text := out["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string)
+			if !c.check(text) {
+				t.Errorf("case %d: output %q violates %v", i, text, c.so)
+			}
+		}
+	}
+	if n := s.gram.compiler.Len(); n != len(cases) {
+		t.Errorf("compile cache holds %d grammars after %d distinct constraints sent twice each", n, len(cases))
 	}
 }
 

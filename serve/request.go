@@ -37,6 +37,8 @@ type samplingFields struct {
 		IncludeUsage *bool `json:"include_usage"`
 	} `json:"stream_options"`
 	ResponseFormat json.RawMessage `json:"response_format"`
+	// StructuredOutputs is the vLLM-style constraint: {json | regex | choice | grammar}.
+	StructuredOutputs json.RawMessage `json:"structured_outputs"`
 }
 
 // readJSON reads the body into v, mapping failures to 400 / 413.
@@ -248,7 +250,7 @@ func (s *Server) commonPlan(f *samplingFields, pl *plan, logprobs bool, topLP in
 			n = c - len(pl.prompt)
 		}
 	}
-	g, err := s.responseFormat(f.ResponseFormat)
+	g, err := s.constraint(f.ResponseFormat, f.StructuredOutputs)
 	if err != nil {
 		return err
 	}

@@ -36,14 +36,15 @@ func BenchmarkMatmulBF16(b *testing.B) { benchMatmul(b, tensor.BFloat16) }
 const qmvStreamBytes = 128 << 20
 
 // BenchmarkQMatvec4bit is the Linear layer of a 4-bit (group 64) model with
-// bfloat16 activations: batch 1 is decode, batch 64 prefill. GB/s counts the
+// bfloat16 activations: batch 1 is decode, batches 64 and 256 prefill
+// (GFLOP/s is the figure of merit there). GB/s counts the
 // packed weight plus scales and biases read per product. Batch 1 runs one
 // product on each of a set of distinct copies of the weight (≥ 128 MiB in
 // all, like the layers of a model), and reports "ratio": its GB/s over the
 // read bandwidth measured (best of three 256 MiB passes, same goroutine
 // count as BenchmarkCopyBandwidth) just before it. Batch 64 is
 // compute-bound and uses one copy.
-func BenchmarkQMatvec4bit(b *testing.B) { benchQMatvec(b, 4, []int{1, 64}) }
+func BenchmarkQMatvec4bit(b *testing.B) { benchQMatvec(b, 4, []int{1, 64, 256}) }
 
 // BenchmarkQMatvec8bit is BenchmarkQMatvec4bit's decode case for 8-bit
 // weights (the other common mlx-community format).

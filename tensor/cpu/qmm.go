@@ -205,6 +205,12 @@ func qmmRun(dst, xb []byte, dt tensor.DType, rows int, w qmat, transpose bool) {
 		out = make([]float32, rows*outer)
 	}
 	switch {
+	case transpose && qgemmUsable(rows, w, dt):
+		var raw []uint16
+		if dt == tensor.BFloat16 {
+			raw = u16s(xb)[:rows*inner]
+		}
+		qgemmT(out, x, raw, rows, w)
 	case transpose && qmvUsable(rows, w, dt):
 		var raw []uint16
 		if dt == tensor.BFloat16 {
@@ -217,7 +223,10 @@ func qmmRun(dst, xb []byte, dt tensor.DType, rows int, w qmat, transpose bool) {
 		clear(out)
 		qmmN(out, x, rows, w)
 	}
-	if dt != tensor.Float32 {
+	switch dt {
+	case tensor.BFloat16:
+		storeBF16(u16s(dst), out)
+	case tensor.Float16:
 		fromF32(dst, out, dt)
 	}
 }

@@ -39,7 +39,7 @@ import (
 // against float64.
 
 // qmvMaxRows is the largest x row count the matvec path takes; bigger
-// batches amortize a dequantization (qgemm4x8 for 4-bit) instead.
+// batches amortize unpacking the codes once (qgemmT) instead.
 const qmvMaxRows = 7
 
 // qmvPrefetchBytes is about how far ahead of its reads the kernel

@@ -137,9 +137,28 @@ type sdpaScratch struct {
 	q, k, v, s []float32
 	mrow       []int // mask row offsets
 	pos        []int // absolute query positions (causal)
+	// blockGemm's packed panels: queries (8-row), keys and values
+	// (32-column), probabilities (8-row), and the rows' output tile
+	qa, kp, vp, pa, at []float32
 }
 
 func newSDPAScratch(p *sdpaPlan) *sdpaScratch {
+	if hasAVX512 {
+		dvp := (p.dv + 31) &^ 31
+		return &sdpaScratch{
+			q:    make([]float32, sdpaQRows*p.d),
+			k:    make([]float32, sdpaKeys*p.d),
+			v:    make([]float32, sdpaKeys*p.dv),
+			s:    make([]float32, sdpaQRows*sdpaKeys),
+			mrow: make([]int, sdpaQRows),
+			pos:  make([]int, sdpaQRows),
+			qa:   make([]float32, sdpaQRows*p.d),
+			kp:   make([]float32, sdpaKeys*p.d),
+			vp:   make([]float32, sdpaKeys*dvp),
+			pa:   make([]float32, sdpaQRows*sdpaKeys),
+			at:   make([]float32, sdpaQRows*dvp),
+		}
+	}
 	return &sdpaScratch{
 		q:    make([]float32, sdpaQRows*p.d),
 		k:    make([]float32, sdpaKeys*p.d),
@@ -189,6 +208,10 @@ func (p *sdpaPlan) block(s *sdpaScratch, it int) {
 	}
 	kbase := p.k.off + b*p.k.strides[0] + kvh*p.k.strides[1]
 	vbase := p.v.off + b*p.v.strides[0] + kvh*p.v.strides[1]
+	if s.qa != nil {
+		p.blockGemm(s, nr, part+gbase, j0, j1, kbase, vbase)
+		return
+	}
 	for jb := j0; jb < j1; jb += sdpaKeys {
 		nk := min(sdpaKeys, j1-jb)
 		for j := range nk {
@@ -238,6 +261,103 @@ func (p *sdpaPlan) block(s *sdpaScratch, it int) {
 			}
 			p.l[gi] += l
 		}
+	}
+}
+
+// blockGemm is the rest of block on the AVX-512 matmul micro-kernel: per
+// block of keys, the scores of all nr rows are one small product Q·Kᵀ and
+// the probability-weighted values one P·V (float32 products and sums, as
+// the portable loops, in another order). Rows past nr and keys past the
+// block are zero padding whose probabilities are zero. gi0 is the first
+// row's index in p.m, p.l and p.acc.
+func (p *sdpaPlan) blockGemm(s *sdpaScratch, nr, gi0, j0, j1, kbase, vbase int) {
+	d, dv := p.d, p.dv
+	dvp := (dv + 31) &^ 31
+	nrp := (nr + 7) &^ 7
+	// queries in 8-row panels: panel r holds, for each t < d, rows 8r..8r+7
+	clear(s.qa[:nrp*d])
+	for i := range nr {
+		pan := s.qa[i/8*8*d:]
+		for t, x := range s.q[i*d : (i+1)*d] {
+			pan[t*8+i%8] = x
+		}
+	}
+	at := s.at[:nrp*dvp]
+	clear(at)
+	for jb := j0; jb < j1; jb += sdpaKeys {
+		nk := min(sdpaKeys, j1-jb)
+		nkp := (nk + 31) &^ 31
+		// keys as 32-column panels of Kᵀ, values as 32-column panels of V
+		clear(s.kp[:nkp*d])
+		clear(s.vp[:nkp*dvp])
+		for j := range nk {
+			kr := s.k[:d]
+			fusedLoad(kr, p.k.buf.data, kbase+(jb+j)*p.k.strides[2], p.kdt)
+			pan := s.kp[j/32*32*d:]
+			for t, x := range kr {
+				pan[t*32+j%32] = x
+			}
+			vr := s.v[:dv]
+			fusedLoad(vr, p.v.buf.data, vbase+(jb+j)*p.v.strides[2], p.vdt)
+			for c0 := 0; c0 < dv; c0 += 32 {
+				copy(s.vp[c0/32*nkp*32+j*32:][:min(32, dv-c0)], vr[c0:])
+			}
+		}
+		sc := s.s[:nrp*nkp]
+		clear(sc)
+		for r := 0; r < nrp; r += 8 {
+			for c := 0; c < nkp; c += 32 {
+				sgemm8x32(d, &s.qa[r*d], &s.kp[c*d], &sc[r*nkp+c], nkp)
+			}
+		}
+		clear(s.pa[:nrp*nkp])
+		for i := range nr {
+			row := sc[i*nkp : i*nkp+nk]
+			if p.causal {
+				for j := max(0, s.pos[i]+1-jb); j < nk; j++ {
+					row[j] = sdpaNegInf
+				}
+			}
+			if p.mask != nil {
+				p.applyMask(row, s.mrow[i]+jb*p.mask.strides[3])
+			}
+			bm := sdpaNegInf
+			for _, x := range row {
+				bm = max(bm, x)
+			}
+			if bm == sdpaNegInf {
+				continue
+			}
+			gi := gi0 + i
+			if m := p.m[gi]; bm > m {
+				if m != sdpaNegInf {
+					c := sdpaExp(m - bm)
+					p.l[gi] *= c
+					sdpaScale(c, at[i*dvp:i*dvp+dv])
+				}
+				p.m[gi] = bm
+			}
+			m := p.m[gi]
+			var l float32
+			pan := s.pa[i/8*8*nkp:]
+			for j, x := range row {
+				if x == sdpaNegInf {
+					continue
+				}
+				e := sdpaExp(x - m)
+				l += e
+				pan[j*8+i%8] = e
+			}
+			p.l[gi] += l
+		}
+		for r := 0; r < nrp; r += 8 {
+			for c := 0; c < dvp; c += 32 {
+				sgemm8x32(nkp, &s.pa[r*nkp], &s.vp[c*nkp], &at[r*dvp+c], dvp)
+			}
+		}
+	}
+	for i := range nr {
+		copy(p.acc[(gi0+i)*dv:(gi0+i+1)*dv], at[i*dvp:i*dvp+dv])
 	}
 }
 

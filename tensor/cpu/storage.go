@@ -77,7 +77,7 @@ func numel(shape []int) int {
 func alloc(n int, dt tensor.DType) *buffer {
 	size := n * dt.Size()
 	b := &buffer{}
-	b.data, b.release = allocBytes(size)
+	b.data, b.release = getBuffer(size)
 	b.refs.Store(1)
 	return b
 }

@@ -14,6 +14,7 @@ type Error struct {
 	Msg string
 }
 
+// Error returns MLX's message with an "mlx: " prefix.
 func (e *Error) Error() string { return "mlx: " + e.Msg }
 
 var (

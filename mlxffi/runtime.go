@@ -43,6 +43,7 @@ const (
 	GPU DeviceType = 1
 )
 
+// String returns "cpu" or "gpu".
 func (d DeviceType) String() string {
 	if d == GPU {
 		return "gpu"

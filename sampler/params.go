@@ -68,6 +68,7 @@ type ParamError struct {
 	Reason string
 }
 
+// Error names the parameter, its value and what is wrong with it.
 func (e *ParamError) Error() string {
 	return fmt.Sprintf("%s=%v: %s", e.Field, e.Value, e.Reason)
 }

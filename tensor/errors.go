@@ -27,6 +27,7 @@ type Error struct {
 	Err error  // the cause; wraps one of the sentinels above
 }
 
+// Error returns "tensor: <op>: <cause>".
 func (e *Error) Error() string { return "tensor: " + e.Op + ": " + e.Err.Error() }
 
 // Unwrap returns the cause.

@@ -1,16 +1,85 @@
 package grammar
 
 import (
+	"container/heap"
 	"encoding/binary"
 	"fmt"
 	"sort"
 )
 
-// Limits keep hostile input from exhausting memory.
+// Limits keep hostile input (a regex, EBNF grammar or JSON Schema taken
+// from a request) from exhausting memory or CPU. Each is enforced with a
+// compile error naming the rule or schema location, never by running on.
 const (
+	// maxNFAStates bounds the expanded automaton of one rule or regular
+	// combination: counted repetitions are unrolled, so a{100}{100} costs
+	// 10000 states. It is checked up front by exprSize and again while
+	// building.
 	maxNFAStates = 1 << 20
-	maxDFANodes  = 1 << 18
+	// maxDFANodes bounds the deterministic nodes of the whole grammar.
+	maxDFANodes = 1 << 18
+	// maxDeterminizeWork bounds the NFA-state visits of the subset
+	// construction (all rules together). Node counts alone do not bound
+	// the time: each node may stand for thousands of NFA states, as with
+	// (?i)\p{L}{200}. About a second of work on current hardware.
+	maxDeterminizeWork = 1 << 27
 )
+
+// exprSize estimates the NFA states e expands to, repetitions unrolled,
+// saturating just above limit. Shared subexpressions are counted once per
+// use (the NFA copies them) but visited once, so the estimate is linear
+// in the expression DAG.
+func exprSize(e *expr, limit int64) int64 {
+	memo := map[*expr]int64{}
+	var size func(e *expr) int64
+	size = func(e *expr) int64 {
+		if v, ok := memo[e]; ok {
+			return v
+		}
+		var v int64 = 1
+		switch e.op {
+		case opSeq, opAlt:
+			for _, s := range e.subs {
+				v += size(s)
+				if v > limit {
+					v = limit + 1
+					break
+				}
+			}
+		case opRepeat:
+			reps := int64(e.max)
+			if e.max < 0 {
+				reps = int64(e.min) + 1
+			}
+			v = 2 + reps
+			if sub := size(e.subs[0]); reps > 0 && sub > (limit+1)/reps {
+				v = limit + 1
+			} else {
+				v += sub * reps
+			}
+		case opGraph:
+			v = int64(e.gn) + 1
+			for _, ed := range e.gedges {
+				v += size(ed.e)
+				if v > limit {
+					v = limit + 1
+					break
+				}
+			}
+		}
+		if v > limit {
+			v = limit + 1
+		}
+		memo[e] = v
+		return v
+	}
+	return size(e)
+}
+
+// sizeError is the error for an expression over maxNFAStates.
+func sizeError() error {
+	return fmt.Errorf("grammar too large: expands to more than %d automaton states (limit maxNFAStates); lower repetition counts or lengths", maxNFAStates)
+}
 
 type nedge struct {
 	set byteSet
@@ -148,12 +217,17 @@ func finishGrammar(b *builder, root int) (*Grammar, error) {
 	nb := &nfaBuilder{}
 	type rnfa struct{ start, accept int32 }
 	rn := make([]rnfa, len(b.bodies))
+	var total int64
 	for i, body := range b.bodies {
+		total += exprSize(body, maxNFAStates)
+		if total > maxNFAStates {
+			return nil, &Error{Location: "rule " + b.names[i], Keyword: "size", Msg: sizeError().Error()}
+		}
 		s, a := nb.newState(), nb.newState()
 		nb.build(body, s, a)
 		rn[i] = rnfa{s, a}
 		if nb.err != nil {
-			return nil, nb.err
+			return nil, &Error{Location: "rule " + b.names[i], Keyword: "size", Msg: nb.err.Error()}
 		}
 	}
 	g := &Grammar{ruleNames: b.names}
@@ -194,8 +268,10 @@ func finishGrammar(b *builder, root int) (*Grammar, error) {
 	g.ruleStart = make([]int32, len(b.bodies))
 	mark := make([]int32, len(nb.st))
 	gen := int32(0)
+	work := 0
 	closure := func(seed []int32) []int32 {
 		gen++
+		work += len(seed)
 		out := []int32{}
 		stack := append([]int32(nil), seed...)
 		for len(stack) > 0 {
@@ -227,7 +303,10 @@ func finishGrammar(b *builder, root int) (*Grammar, error) {
 				return id, nil
 			}
 			if len(g.final) >= maxDFANodes {
-				return 0, fmt.Errorf("grammar too large (more than %d automaton nodes)", maxDFANodes)
+				return 0, &Error{Location: "rule " + b.names[r], Keyword: "size", Msg: fmt.Sprintf("grammar too large: more than %d automaton nodes (limit maxDFANodes)", maxDFANodes)}
+			}
+			if work > maxDeterminizeWork {
+				return 0, &Error{Location: "rule " + b.names[r], Keyword: "size", Msg: fmt.Sprintf("grammar too complex: determinizing it needs more than %d steps (limit maxDeterminizeWork); simplify repetitions of large character classes", maxDeterminizeWork)}
 			}
 			id := int32(len(g.final))
 			ids[k] = id
@@ -272,7 +351,9 @@ func finishGrammar(b *builder, root int) (*Grammar, error) {
 			for c := 0; c < ncls; c++ {
 				rep := g.classRep[c]
 				var tg []int32
+				work += len(set)
 				for _, s := range set {
+					work += len(nb.st[s].edges)
 					for _, e := range nb.st[s].edges {
 						if e.set.has(rep) {
 							tg = append(tg, e.to)
@@ -305,36 +386,99 @@ func finishGrammar(b *builder, root int) (*Grammar, error) {
 // trim removes everything that cannot lead to the end of its rule, so that
 // every reachable parser state can still complete: the token-mask cache
 // relies on that to call a token "accepted" without looking further.
+//
+// Liveness is propagated backwards from the final nodes with a worklist
+// over reversed edges, so the cost is linear in the automaton size; a
+// forward fixpoint would need one pass per node of a long chain such as
+// x{4096}, which is quadratic and took minutes on hostile inputs.
 func (g *Grammar) trim() error {
 	n := len(g.final)
+	nr := len(g.ruleStart)
 	live := make([]bool, n)
-	prod := make([]bool, len(g.ruleStart))
-	for changed := true; changed; {
-		changed = false
-		for i := 0; i < n; i++ {
-			if live[i] {
-				continue
-			}
-			ok := g.final[i]
-			for c := 0; !ok && c < g.nclass; c++ {
-				if t := g.trans[i*g.nclass+c]; t >= 0 && live[t] {
-					ok = true
-				}
-			}
-			for _, c := range g.calls[i] {
-				if !ok && prod[c.rule] && live[c.ret] {
-					ok = true
-				}
-			}
-			if ok {
-				live[i] = true
-				changed = true
+	prod := make([]bool, nr)
+	// Reverse adjacency in CSR form: byte predecessors, callers waiting on
+	// a return node, and call sites per called rule.
+	predStart := make([]int32, n+1)
+	retStart := make([]int32, n+1)
+	ruleCallStart := make([]int32, nr+1)
+	for i := 0; i < n; i++ {
+		for c := 0; c < g.nclass; c++ {
+			if t := g.trans[i*g.nclass+c]; t >= 0 {
+				predStart[t+1]++
 			}
 		}
-		for r, s := range g.ruleStart {
-			if live[s] && !prod[r] {
-				prod[r] = true
-				changed = true
+		for _, c := range g.calls[i] {
+			retStart[c.ret+1]++
+			ruleCallStart[c.rule+1]++
+		}
+	}
+	for i := 0; i < n; i++ {
+		predStart[i+1] += predStart[i]
+		retStart[i+1] += retStart[i]
+	}
+	for r := 0; r < nr; r++ {
+		ruleCallStart[r+1] += ruleCallStart[r]
+	}
+	pred := make([]int32, predStart[n])
+	retCaller := make([]int32, retStart[n])
+	type site struct{ node, ret int32 }
+	ruleCall := make([]site, ruleCallStart[nr])
+	pf := append([]int32(nil), predStart[:n]...)
+	rf := append([]int32(nil), retStart[:n]...)
+	cf := append([]int32(nil), ruleCallStart[:nr]...)
+	for i := 0; i < n; i++ {
+		for c := 0; c < g.nclass; c++ {
+			if t := g.trans[i*g.nclass+c]; t >= 0 {
+				pred[pf[t]] = int32(i)
+				pf[t]++
+			}
+		}
+		for _, c := range g.calls[i] {
+			retCaller[rf[c.ret]] = int32(i)
+			rf[c.ret]++
+			ruleCall[cf[c.rule]] = site{int32(i), c.ret}
+			cf[c.rule]++
+		}
+	}
+	startRule := make([]int32, n)
+	for i := range startRule {
+		startRule[i] = -1
+	}
+	for r, s := range g.ruleStart {
+		startRule[s] = int32(r)
+	}
+	var work []int32
+	mark := func(i int32) {
+		if !live[i] {
+			live[i] = true
+			work = append(work, i)
+		}
+	}
+	for i := 0; i < n; i++ {
+		if g.final[i] {
+			mark(int32(i))
+		}
+	}
+	for len(work) > 0 {
+		x := work[len(work)-1]
+		work = work[:len(work)-1]
+		for _, p := range pred[predStart[x]:predStart[x+1]] {
+			mark(p)
+		}
+		for _, p := range retCaller[retStart[x]:retStart[x+1]] {
+			for _, c := range g.calls[p] {
+				if c.ret == x && prod[c.rule] {
+					mark(p)
+					break
+				}
+			}
+		}
+		if r := startRule[x]; r >= 0 && !prod[r] {
+			prod[r] = true
+			for _, cs := range ruleCall[ruleCallStart[r]:ruleCallStart[r+1]] {
+				if live[cs.ret] {
+					mark(cs.node)
+				}
 			}
 		}
 	}
@@ -440,46 +584,128 @@ func (g *Grammar) checkLeftRecursion() error {
 
 // computeMinDone finds, per node, the fewest bytes that complete its rule;
 // tests use it to steer random generations toward an end.
+//
+// It is a shortest-path computation where a call costs the callee's own
+// minimum, done Dijkstra-style (Knuth's generalisation to such
+// "superior" functions): every candidate distance is at least the value
+// that produced it, so nodes settle in increasing order and the whole run
+// is O(E log N) instead of one Bellman-Ford pass per node of a long chain.
 func (g *Grammar) computeMinDone() {
 	const inf = int32(1 << 30)
 	n := len(g.final)
+	nr := len(g.ruleStart)
 	g.minDone = make([]int32, n)
-	g.ruleMin = make([]int32, len(g.ruleStart))
+	g.ruleMin = make([]int32, nr)
 	for i := range g.minDone {
 		g.minDone[i] = inf
-		if g.final[i] {
-			g.minDone[i] = 0
-		}
 	}
 	for r := range g.ruleMin {
 		g.ruleMin[r] = inf
 	}
-	for changed := true; changed; {
-		changed = false
-		for i := 0; i < n; i++ {
-			best := g.minDone[i]
-			for c := 0; c < g.nclass; c++ {
-				if t := g.trans[i*g.nclass+c]; t >= 0 && g.minDone[t] < inf && g.minDone[t]+1 < best {
-					best = g.minDone[t] + 1
-				}
-			}
-			for _, c := range g.calls[i] {
-				if g.ruleMin[c.rule] < inf && g.minDone[c.ret] < inf && g.ruleMin[c.rule]+g.minDone[c.ret] < best {
-					best = g.ruleMin[c.rule] + g.minDone[c.ret]
-				}
-			}
-			if best < g.minDone[i] {
-				g.minDone[i] = best
-				changed = true
+	predStart := make([]int32, n+1)
+	retStart := make([]int32, n+1)
+	ruleCallStart := make([]int32, nr+1)
+	for i := 0; i < n; i++ {
+		for c := 0; c < g.nclass; c++ {
+			if t := g.trans[i*g.nclass+c]; t >= 0 {
+				predStart[t+1]++
 			}
 		}
-		for r, s := range g.ruleStart {
-			if g.minDone[s] < g.ruleMin[r] {
-				g.ruleMin[r] = g.minDone[s]
-				changed = true
+		for _, c := range g.calls[i] {
+			retStart[c.ret+1]++
+			ruleCallStart[c.rule+1]++
+		}
+	}
+	for i := 0; i < n; i++ {
+		predStart[i+1] += predStart[i]
+		retStart[i+1] += retStart[i]
+	}
+	for r := 0; r < nr; r++ {
+		ruleCallStart[r+1] += ruleCallStart[r]
+	}
+	type site struct{ node, rule int32 }   // a caller and the rule it calls
+	type retSite struct{ node, ret int32 } // a caller and its return node
+	pred := make([]int32, predStart[n])
+	retCaller := make([]site, retStart[n])
+	ruleCall := make([]retSite, ruleCallStart[nr])
+	pf := append([]int32(nil), predStart[:n]...)
+	rf := append([]int32(nil), retStart[:n]...)
+	cf := append([]int32(nil), ruleCallStart[:nr]...)
+	for i := 0; i < n; i++ {
+		for c := 0; c < g.nclass; c++ {
+			if t := g.trans[i*g.nclass+c]; t >= 0 {
+				pred[pf[t]] = int32(i)
+				pf[t]++
+			}
+		}
+		for _, c := range g.calls[i] {
+			retCaller[rf[c.ret]] = site{int32(i), c.rule}
+			rf[c.ret]++
+			ruleCall[cf[c.rule]] = retSite{int32(i), c.ret}
+			cf[c.rule]++
+		}
+	}
+	rulesAt := map[int32][]int32{}
+	for r, s := range g.ruleStart {
+		rulesAt[s] = append(rulesAt[s], int32(r))
+	}
+	done := make([]bool, n)
+	h := &distHeap{}
+	relax := func(i, d int32) {
+		if d < g.minDone[i] {
+			g.minDone[i] = d
+			heap.Push(h, distItem{i, d})
+		}
+	}
+	for i := 0; i < n; i++ {
+		if g.final[i] {
+			relax(int32(i), 0)
+		}
+	}
+	for h.Len() > 0 {
+		it := heap.Pop(h).(distItem)
+		x := it.node
+		if done[x] || it.d != g.minDone[x] {
+			continue
+		}
+		done[x] = true
+		d := it.d
+		for _, p := range pred[predStart[x]:predStart[x+1]] {
+			relax(p, d+1)
+		}
+		for _, cs := range retCaller[retStart[x]:retStart[x+1]] {
+			if rm := g.ruleMin[cs.rule]; rm < inf {
+				relax(cs.node, rm+d)
+			}
+		}
+		for _, r := range rulesAt[x] {
+			if g.ruleMin[r] <= d {
+				continue
+			}
+			g.ruleMin[r] = d
+			for _, cs := range ruleCall[ruleCallStart[r]:ruleCallStart[r+1]] {
+				if done[cs.ret] {
+					relax(cs.node, d+g.minDone[cs.ret])
+				}
 			}
 		}
 	}
+}
+
+type distItem struct{ node, d int32 }
+
+// distHeap is the priority queue of computeMinDone.
+type distHeap []distItem
+
+func (h distHeap) Len() int           { return len(h) }
+func (h distHeap) Less(i, j int) bool { return h[i].d < h[j].d }
+func (h distHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *distHeap) Push(x any)        { *h = append(*h, x.(distItem)) }
+func (h *distHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return it
 }
 
 // computeFollow finds, per rule, the bytes that can follow its end in any
@@ -489,13 +715,15 @@ func (g *Grammar) computeFollow() {
 	n := len(g.final)
 	first := make([]byteSet, n)
 	endable := make([]bool, n)
+	members := make([]byteSet, g.nclass)
+	for b := 0; b < 256; b++ {
+		members[g.class[b]].addRange(byte(b), byte(b))
+	}
 	for i := 0; i < n; i++ {
 		for c := 0; c < g.nclass; c++ {
 			if g.trans[i*g.nclass+c] >= 0 {
-				for b := 0; b < 256; b++ {
-					if int(g.class[b]) == c {
-						first[i][b>>6] |= 1 << (uint(b) & 63)
-					}
+				for w := 0; w < 4; w++ {
+					first[i][w] |= members[c][w]
 				}
 			}
 		}

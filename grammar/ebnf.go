@@ -258,6 +258,9 @@ func (p *ebnfParser) postfix(e *expr) (*expr, error) {
 				return nil, p.errf("bad repetition {%d,%d}", m, n)
 			}
 			e = eRep(e, m, n)
+			if exprSize(e, maxNFAStates) > maxNFAStates {
+				return nil, p.errf("repetition {%d,%d} expands to more than %d automaton states (limit maxNFAStates)", m, n, maxNFAStates)
+			}
 		default:
 			return e, nil
 		}

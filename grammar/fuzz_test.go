@@ -27,7 +27,6 @@ func FuzzJSONSchema(f *testing.F) {
 	}
 	f.Add(`{"type":"integer","minimum":-3,"exclusiveMaximum":1e3}`, "12")
 	f.Fuzz(func(t *testing.T, schema, input string) {
-		zzLog(schema, input)
 		g, err := JSONSchemaGrammar([]byte(schema), JSONOptions{})
 		if err != nil {
 			return
@@ -44,7 +43,6 @@ func FuzzRegex(f *testing.F) {
 		f.Add(s, "aab")
 	}
 	f.Fuzz(func(t *testing.T, pattern, input string) {
-		zzLog(pattern, input)
 		g, err := RegexGrammar(pattern)
 		if err != nil || g.NumNodes() > 20000 {
 			return
@@ -57,7 +55,6 @@ func FuzzEBNF(f *testing.F) {
 	f.Add("root ::= \"a\" b*\nb ::= [x-z] | \"(\" root \")\"", "a(a)x")
 	f.Add(`root ::= ([^"]{1,3} "|")+`, "ab|")
 	f.Fuzz(func(t *testing.T, src, input string) {
-		zzLog(src, input)
 		g, err := EBNFGrammar(src)
 		if err != nil || g.NumNodes() > 20000 {
 			return

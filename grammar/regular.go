@@ -6,7 +6,15 @@ import (
 	"sort"
 )
 
-const maxProductStates = 1 << 15
+// Limits of regularOp, which JSON Schema runs on request-supplied
+// patterns and lengths: the product automaton's states, and the NFA-state
+// visits spent building it (each product state may pair large state sets,
+// as with pattern (.*){50}x under maxLength, so the state cap alone let
+// one schema run for seconds). Exceeding either is a compile error.
+const (
+	maxProductStates = 1 << 15
+	maxProductWork   = 1 << 25
+)
 
 // regularOp combines two call-free expressions by running their automata
 // side by side: intersect keeps strings in both, difference strings in a
@@ -14,6 +22,9 @@ const maxProductStates = 1 << 15
 // (pattern and maxLength, bounds and multipleOf, property names excluded
 // from additionalProperties keys).
 func regularOp(a, b *expr, intersect bool) (*expr, error) {
+	if exprSize(a, maxNFAStates)+exprSize(b, maxNFAStates) > maxNFAStates {
+		return nil, sizeError()
+	}
 	nb := &nfaBuilder{}
 	sa, fa := nb.newState(), nb.newState()
 	nb.build(a, sa, fa)
@@ -65,8 +76,10 @@ func regularOp(a, b *expr, intersect bool) (*expr, error) {
 	}
 	mark := make([]int32, len(nb.st))
 	gen := int32(0)
+	work := 0
 	closure := func(seed []int32) []int32 {
 		gen++
+		work += len(seed)
 		var out []int32
 		stack := append([]int32(nil), seed...)
 		for len(stack) > 0 {
@@ -107,7 +120,10 @@ func regularOp(a, b *expr, intersect bool) (*expr, error) {
 			return id, nil
 		}
 		if len(states) >= maxProductStates {
-			return 0, fmt.Errorf("combined constraint too complex (more than %d states)", maxProductStates)
+			return 0, fmt.Errorf("combined constraint too complex (more than %d states, limit maxProductStates)", maxProductStates)
+		}
+		if work > maxProductWork {
+			return 0, fmt.Errorf("combined constraint too complex (more than %d steps, limit maxProductWork)", maxProductWork)
 		}
 		ids[k] = len(states)
 		states = append(states, p)
@@ -115,7 +131,9 @@ func regularOp(a, b *expr, intersect bool) (*expr, error) {
 	}
 	step := func(set []int32, c byte) []int32 {
 		var tg []int32
+		work += len(set)
 		for _, s := range set {
+			work += len(nb.st[s].edges)
 			for _, e := range nb.st[s].edges {
 				if e.set.has(c) {
 					tg = append(tg, e.to)

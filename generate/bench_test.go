@@ -2,8 +2,6 @@ package generate_test
 
 import (
 	"context"
-	"runtime"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -13,6 +11,7 @@ import (
 	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/sampler"
 	"github.com/mlxgo/mlxgo/tensor"
+	"github.com/mlxgo/mlxgo/tensor/tensortest"
 )
 
 // trivialModel's forward pass is a constant: what remains of a step is
@@ -94,7 +93,7 @@ func BenchmarkDecode1B4bit(b *testing.B) {
 	for i := range prompt {
 		prompt[i] = int32(i*7 + 3)
 	}
-	gbs := readGBs(3)
+	gbs := tensortest.ReadBandwidth(3)
 	b.ResetTimer()
 	s, err := generate.Generate(context.Background(), m, prompt, &generate.Options{MaxTokens: b.N + 1})
 	if err != nil {
@@ -115,41 +114,6 @@ func BenchmarkDecode1B4bit(b *testing.B) {
 	b.ReportMetric(st.PrefillTPS, "prefill-tok/s")
 	b.ReportMetric(gbs, "read-GB/s")
 	b.Logf("%d decode tokens; weights read per token %.3f GB", st.GeneratedTokens-1, float64(stepBytes)/1e9)
-}
-
-// readGBs measures memory read bandwidth as decode reads weights: a 256
-// MiB buffer summed by GOMAXPROCS goroutines, best of passes.
-func readGBs(passes int) float64 {
-	buf := make([]uint64, 32<<20)
-	for i := range buf {
-		buf[i] = uint64(i)
-	}
-	w := runtime.GOMAXPROCS(0)
-	sums := make([]uint64, w)
-	best := 0.0
-	for range passes {
-		t0 := time.Now()
-		var wg sync.WaitGroup
-		per := len(buf) / w
-		for g := range w {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var a0, a1, a2, a3 uint64
-				s := buf[g*per : (g+1)*per]
-				for i := 0; i+4 <= len(s); i += 4 {
-					a0 += s[i]
-					a1 += s[i+1]
-					a2 += s[i+2]
-					a3 += s[i+3]
-				}
-				sums[g] = a0 + a1 + a2 + a3
-			}()
-		}
-		wg.Wait()
-		best = max(best, float64(len(buf)*8)/time.Since(t0).Seconds()/1e9)
-	}
-	return best
 }
 
 // BenchmarkPrefill1B4bit measures prompt processing tokens/s through

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/tensor"
 	_ "github.com/mlxgo/mlxgo/tensor/cpu"
+	"github.com/mlxgo/mlxgo/tensor/tensortest"
 )
 
 // randQuant makes random 4-bit packed weights [out, in] with bfloat16
@@ -101,7 +102,7 @@ func BenchmarkDecodeLlama1B4bit(b *testing.B) {
 		prompt[i] = int32(i * 7)
 	}
 	tok := step(prompt)
-	gbs := readGBs(3) // gemma4_bench_test.go: tensor/cpu's BenchmarkCopyBandwidth measurement
+	gbs := tensortest.ReadBandwidth(3) // gemma4_bench_test.go: tensor/cpu's BenchmarkCopyBandwidth measurement
 	b.ResetTimer()
 	for b.Loop() {
 		tok = step([]int32{tok})

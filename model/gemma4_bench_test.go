@@ -2,13 +2,11 @@ package model
 
 import (
 	"math"
-	"runtime"
 	"strconv"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/mlxgo/mlxgo/tensor"
+	"github.com/mlxgo/mlxgo/tensor/tensortest"
 )
 
 // gemma4Bench1B is a 1B-shaped Gemma 4 (about the size of the random 4-bit
@@ -95,41 +93,6 @@ func randomGemma4(cfg *gemma4Config, bits int) (m *Gemma4, owned []*tensor.Array
 	return m, owned, weightBytes
 }
 
-// readGBs measures memory read bandwidth the way the weights are read: a
-// 256 MiB buffer summed by GOMAXPROCS goroutines, best of passes.
-func readGBs(passes int) float64 {
-	buf := make([]uint64, 32<<20)
-	for i := range buf {
-		buf[i] = uint64(i)
-	}
-	w := runtime.GOMAXPROCS(0)
-	sums := make([]uint64, w)
-	best := 0.0
-	for range passes {
-		t0 := time.Now()
-		var wg sync.WaitGroup
-		per := len(buf) / w
-		for g := range w {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var a0, a1, a2, a3 uint64
-				s := buf[g*per : (g+1)*per]
-				for i := 0; i+4 <= len(s); i += 4 {
-					a0 += s[i]
-					a1 += s[i+1]
-					a2 += s[i+2]
-					a3 += s[i+3]
-				}
-				sums[g] = a0 + a1 + a2 + a3
-			}()
-		}
-		wg.Wait()
-		best = max(best, float64(len(buf)*8)/time.Since(t0).Seconds()/1e9)
-	}
-	return best
-}
-
 // BenchmarkGemma4Decode1B4Bit measures batch-1 decode of a random 4-bit
 // 1B-shaped Gemma 4 on the default backend after a 32-token prefill, and
 // reports it against the roofline measured in the same run: weight bytes
@@ -154,7 +117,7 @@ func BenchmarkGemma4Decode1B4Bit(b *testing.B) {
 		return int32(uint32(raw[0]) | uint32(raw[1])<<8 | uint32(raw[2])<<16 | uint32(raw[3])<<24)
 	}
 	tok := next(prompt)
-	bw := readGBs(5)
+	bw := tensortest.ReadBandwidth(5)
 	b.ResetTimer()
 	for b.Loop() {
 		tok = next([]int32{tok})

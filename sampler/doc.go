@@ -5,5 +5,8 @@
 // frequency penalty → token mask (grammar) → log-softmax → (temperature 0:
 // argmax) top-p → min-p → XTC → top-k → categorical draw at 1/temperature.
 // Logprobs are taken after the processors and before the truncating
-// filters. Bad parameters are *ParamError values (HTTP 400 in the server).
+// filters. With top-k on, the filters run on the top-k candidates (plus
+// XTC's margin) instead of the whole vocabulary whenever that is exact
+// (see Sampler). Bad parameters are *ParamError values (HTTP 400 in the
+// server).
 package sampler

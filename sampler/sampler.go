@@ -27,12 +27,25 @@ var ErrAllMasked = errors.New("sampler: the token mask allows no token")
 // n+1, and splits s into (categorical key, XTC key). No state is shared
 // between samplers, so concurrent requests never disturb each other.
 //
+// Candidate fast path: with top-k on, the filters only ever keep tokens
+// among the top M = top_k (+ floor(1/xtc_threshold)+1 when XTC is on)
+// by probability, because top-p and min-p cut a bottom set, XTC cuts a top
+// set smaller than 1/threshold and none of them reorders survivors. When
+// the parameters make that restriction exact (see fastM), the sampler
+// partitions out those M candidates, filters the [B, M] block and draws
+// among it, instead of sorting the whole vocabulary. The categorical key
+// then feeds Gumbel noise of shape [B, M] rather than [B, V], so the token
+// stream for a seed differs from the full path's; the distribution is the
+// same and a seed still fixes the tokens. The XTC key and its draw are
+// unchanged.
+//
 // A Sampler belongs to one request; it is not safe for concurrent use.
 type Sampler struct {
 	p     Params
 	vocab int
 	be    tensor.Backend
 	key   *tensor.Array // current PRNG key, owned
+	fastM int           // candidate count of the top-k fast path; 0: full path
 	bias  *tensor.Array // dense [vocab] float32 logit bias, or nil
 	xtcNo *tensor.Array // bool [vocab], true for XTC-exempt ids, or nil
 }
@@ -64,6 +77,7 @@ func NewOn(be tensor.Backend, p Params, vocab int) (s *Sampler, err error) {
 		seed = binary.LittleEndian.Uint64(b[:])
 	}
 	s = &Sampler{p: p, vocab: vocab, be: be, key: tensor.KeyOn(be, seed)}
+	s.fastM = fastM(p, vocab)
 	if len(p.LogitBias) > 0 {
 		dense := make([]float32, vocab)
 		for id, v := range p.LogitBias {
@@ -211,9 +225,17 @@ func (s *Sampler) Step(logits *tensor.Array, history []int32, mask []int32) (st 
 		s.key.Free()
 		s.key = next
 		catKey, xtcKey := tensor.SplitKey2(sub)
-		filtered := s.filter(logprobs, xtcKey)
-		scaled := tensor.MulScalar(filtered, 1/s.p.Temperature)
-		st.Tokens = tensor.Categorical(catKey, scaled, -1)
+		if s.fastM > 0 {
+			pathFast.Add(1)
+			vals, ids := s.filterFast(logprobs, xtcKey)
+			pick := tensor.Categorical(catKey, tensor.MulScalar(vals, 1/s.p.Temperature), -1)
+			st.Tokens = tensor.Squeeze(tensor.TakeAlongAxis(ids, tensor.ExpandDims(pick, -1), -1), -1)
+		} else {
+			pathFull.Add(1)
+			filtered := s.filter(logprobs, xtcKey)
+			scaled := tensor.MulScalar(filtered, 1/s.p.Temperature)
+			st.Tokens = tensor.Categorical(catKey, scaled, -1)
+		}
 	}
 	if s.p.Logprobs || s.p.TopLogprobs > 0 {
 		idx := tensor.ExpandDims(st.Tokens, -1)

@@ -265,32 +265,348 @@ func draw(t *testing.T, p Params, logits []float64, n int) []int {
 	return counts
 }
 
+// pathDelta runs f and reports how many steps took the fast and full paths.
+func pathDelta(f func()) (fast, full int64) {
+	f0, u0 := pathFast.Load(), pathFull.Load()
+	f()
+	return pathFast.Load() - f0, pathFull.Load() - u0
+}
+
+// checkPath fails unless all n steps of f took the wanted path.
+func checkPath(t *testing.T, wantFast bool, n int, f func()) {
+	t.Helper()
+	fast, full := pathDelta(f)
+	if wantFast && (fast != int64(n) || full != 0) || !wantFast && (full != int64(n) || fast != 0) {
+		t.Fatalf("want fast path %v for %d steps: %d fast, %d full", wantFast, n, fast, full)
+	}
+}
+
 func TestDistributions(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 11))
 	const draws = 20000
-	cases := []Params{
-		{Temperature: 1},
-		{Temperature: 0.7},
-		{Temperature: 1, TopP: 0.8},
-		{Temperature: 1, TopP: 1}, // disabled
-		{Temperature: 1, MinP: 0.1},
-		{Temperature: 1, MinP: 0.6, MinTokensToKeep: 3},
-		{Temperature: 1, TopK: 3},
-		{Temperature: 1, XTCProbability: 0.5, XTCThreshold: 0.1},
-		{Temperature: 1, XTCProbability: 1, XTCThreshold: 0.05, XTCSpecialTokens: []int{0}},
-		{Temperature: 0.8, TopP: 0.9, MinP: 0.05, TopK: 5, XTCProbability: 0.3, XTCThreshold: 0.1},
+	cases := []struct {
+		p    Params
+		fast bool
+	}{
+		{Params{Temperature: 1}, false},
+		{Params{Temperature: 0.7}, false},
+		{Params{Temperature: 1, TopP: 0.8}, false},
+		{Params{Temperature: 1, TopP: 1}, false}, // disabled
+		{Params{Temperature: 1, MinP: 0.1}, false},
+		{Params{Temperature: 1, MinP: 0.6, MinTokensToKeep: 3}, false},
+		{Params{Temperature: 1, TopK: 3}, true},
+		{Params{Temperature: 1, XTCProbability: 0.5, XTCThreshold: 0.1}, false},
+		{Params{Temperature: 1, XTCProbability: 1, XTCThreshold: 0.05, XTCSpecialTokens: []int{0}}, false},
+		// top-p with XTC needs the full sort for XTC's normaliser
+		{Params{Temperature: 0.8, TopP: 0.9, MinP: 0.05, TopK: 5, XTCProbability: 0.3, XTCThreshold: 0.1}, false},
+		{Params{Temperature: 0.8, TopP: 0.9, MinP: 0.05, TopK: 5}, true},
 	}
-	for i, p := range cases {
+	for i, c := range cases {
+		p := c.p
 		t.Run(fmt.Sprintf("%d", i), func(t *testing.T) {
 			defer tensortest.NoLeaks(t)()
 			logits := randomLogits(r, 10)
 			p.Seed = seed(uint64(100 + i))
 			want := expected(p, logits)
-			counts := draw(t, p, logits, draws)
+			var counts []int
+			checkPath(t, c.fast, draws, func() { counts = draw(t, p, logits, draws) })
 			if pv := chiSquareP(t, counts, want); pv <= 0.001 {
 				t.Errorf("params %+v: chi-square p = %g\nwant %v\ngot  %v", p, pv, want, counts)
 			}
 		})
+	}
+}
+
+// support lists the indices with non-zero probability.
+func support(probs []float64) []int {
+	var out []int
+	for i, p := range probs {
+		if p > 0 {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// TestFastPathDistributions stresses the top-k candidate path where it
+// differs most from a plain top-k: XTC removing top tokens, min-p re-keeping
+// tokens, a top-p boundary inside the candidates, ties at the top-k boundary.
+func TestFastPathDistributions(t *testing.T) {
+	const draws = 20000
+	r := rand.New(rand.NewPCG(21, 22))
+	peaked := func(n int, scale float64) []float64 {
+		x := randomLogits(r, n)
+		for i := range x {
+			x[i] *= scale
+		}
+		return x
+	}
+	// spiky has four clearly leading tokens, so XTC finds several above
+	// its threshold.
+	spiky := func() []float64 {
+		x := peaked(40, 1)
+		for i, b := range []float64{4, 3.7, 3.4, 3.1} {
+			x[5+6*i] += b
+		}
+		return x
+	}
+	type tc struct {
+		name   string
+		p      Params
+		logits []float64
+		// check asserts that the case really stresses what it claims.
+		check func(t *testing.T, p Params, logits []float64)
+	}
+	xtcRemoves := func(t *testing.T, p Params, logits []float64) {
+		q := p
+		q.XTCProbability = 0
+		if slices.Equal(support(expected(p, logits)), support(expected(q, logits))) && p.XTCProbability == 1 {
+			t.Fatalf("XTC changes nothing on these logits")
+		}
+		lp := logSoftmax(logits)
+		n := 0
+		for _, v := range lp {
+			if math.Exp(v) > p.XTCThreshold {
+				n++
+			}
+		}
+		if n < 2 {
+			t.Fatalf("only %d tokens above the XTC threshold", n)
+		}
+	}
+	cases := []tc{
+		{"xtc+topk", Params{Temperature: 1, TopK: 4, XTCProbability: 0.6, XTCThreshold: 0.12}, spiky(), xtcRemoves},
+		{"xtc always+topk", Params{Temperature: 1, TopK: 3, XTCProbability: 1, XTCThreshold: 0.1}, spiky(), xtcRemoves},
+		{"xtc+minp keep+special", Params{Temperature: 0.9, MinP: 0.02, MinTokensToKeep: 4, TopK: 6, XTCProbability: 1, XTCThreshold: 0.1, XTCSpecialTokens: []int{3}}, nil, xtcRemoves},
+		{"minp keep", Params{Temperature: 1, MinP: 0.5, MinTokensToKeep: 5, TopK: 8}, peaked(40, 1.5), func(t *testing.T, p Params, logits []float64) {
+			q := p
+			q.MinTokensToKeep = 1
+			if len(support(expected(q, logits))) >= 5 {
+				t.Fatalf("min-p alone keeps ≥ 5 tokens: keep is not exercised")
+			}
+		}},
+		{"topp inside candidates", Params{Temperature: 1, TopP: 0.6, TopK: 12}, peaked(40, 1.2), func(t *testing.T, p Params, logits []float64) {
+			if n := len(support(expected(p, logits))); n >= p.TopK || n < 2 {
+				t.Fatalf("top-p keeps %d tokens: boundary not strictly inside the top %d", n, p.TopK)
+			}
+		}},
+		{"topp+minp+topk cut", Params{Temperature: 0.7, TopP: 0.97, MinP: 0.01, TopK: 6}, peaked(40, 1), nil},
+	}
+	// The special token is made the most likely one so XTC must skip it.
+	sp := spiky()
+	sp[3], sp[5] = sp[5], sp[3]
+	cases[2].logits = sp
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			defer tensortest.NoLeaks(t)()
+			p := c.p
+			p.Seed = seed(uint64(500 + i))
+			if c.check != nil {
+				c.check(t, p, c.logits)
+			}
+			want := expected(p, c.logits)
+			var counts []int
+			checkPath(t, true, draws, func() { counts = draw(t, p, c.logits, draws) })
+			if pv := chiSquareP(t, counts, want); pv <= 0.001 {
+				t.Errorf("chi-square p = %g\nwant %v\ngot  %v", pv, want, counts)
+			}
+		})
+	}
+
+	// Ties at the top-k boundary: which of the tied tokens survives is
+	// arbitrary (as with mlx's argpartition), so compare the tied group's
+	// total against the model.
+	t.Run("ties", func(t *testing.T) {
+		defer tensortest.NoLeaks(t)()
+		logits := []float64{0.5, 2, 1.5, 1.5, 1.5, -1, 3, 1.5, 0, 1}
+		group := []int{2, 3, 4, 7}
+		p := Params{Temperature: 1, TopK: 3, Seed: seed(77)}
+		want := expected(p, logits)
+		var counts []int
+		checkPath(t, true, draws, func() { counts = draw(t, p, logits, draws) })
+		merge := func(v []float64) []float64 {
+			out := []float64{v[1], v[6], 0}
+			for _, g := range group {
+				out[2] += v[g]
+			}
+			return out
+		}
+		fc := make([]float64, len(counts))
+		for i, c := range counts {
+			fc[i] = float64(c)
+		}
+		for i, c := range counts {
+			if c > 0 && i != 1 && i != 6 && !slices.Contains(group, i) {
+				t.Fatalf("token %d outside the top 3 drawn: %v", i, counts)
+			}
+		}
+		mc := merge(fc)
+		got := []int{int(mc[0]), int(mc[1]), int(mc[2])}
+		if pv := chiSquareP(t, got, merge(want)); pv <= 0.001 {
+			t.Errorf("chi-square p = %g\nwant %v\ngot  %v", pv, merge(want), got)
+		}
+	})
+}
+
+// TestFastPathSupport checks that the candidate path and the full path
+// keep exactly the same tokens, with the same logprobs, on many random
+// rows and parameter sets for which the candidate path is exact.
+func TestFastPathSupport(t *testing.T) {
+	defer tensortest.NoLeaks(t)()
+	r := rand.New(rand.NewPCG(31, 32))
+	const trials = 400
+	boundary, compared := 0, map[string]int{}
+	for trial := 0; trial < trials; trial++ {
+		v := 20 + r.IntN(300)
+		p := Params{Temperature: 1, TopK: 1 + r.IntN(min(24, v-1))}
+		if r.IntN(3) > 0 {
+			p.MinP = []float64{0.001, 0.02, 0.1, 0.4}[r.IntN(4)]
+			p.MinTokensToKeep = 1 + r.IntN(6)
+		}
+		if r.IntN(2) == 0 {
+			p.XTCProbability = []float64{1, 0.5}[r.IntN(2)]
+			p.XTCThreshold = 0.02 + 0.4*r.Float64()
+			for range r.IntN(3) {
+				p.XTCSpecialTokens = append(p.XTCSpecialTokens, r.IntN(v))
+			}
+		} else if r.IntN(3) > 0 {
+			p.TopP = 0.2 + 0.79*r.Float64()
+		}
+		p.Seed = seed(uint64(trial))
+		s, err := New(p, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.fastM == 0 {
+			s.Free()
+			continue
+		}
+		compared["all"]++
+		if p.XTCProbability > 0 {
+			compared["xtc"]++
+			if p.MinP != 0 && p.MinTokensToKeep > 1 {
+				compared["xtc+minp keep"]++
+			}
+		}
+		if p.TopP > 0 {
+			compared["topp"]++
+		}
+		const rows = 2
+		scale := 0.5 + 3*r.Float64()
+		logits := make([]float64, 0, rows*v)
+		for range rows {
+			for _, x := range randomLogits(r, v) {
+				logits = append(logits, x*scale)
+			}
+		}
+		// Some XTC exempt ids are made top tokens so the exemption matters.
+		if len(p.XTCSpecialTokens) > 0 {
+			logits[p.XTCSpecialTokens[0]] += 4
+		}
+		var full, fastVals, fastIDs []float64
+		func() {
+			sc := tensor.NewScope()
+			defer sc.Close()
+			x := tensor.FromFloat64(logits, []int{rows, v}, tensor.Float32)
+			lp := tensor.LogSoftmax(x, -1)
+			key := tensor.Key(uint64(trial))
+			full = s.filter(lp, key).Float64s()
+			vals, ids := s.filterFast(lp, key)
+			fastVals, fastIDs = vals.Float64s(), ids.Float64s()
+		}()
+		s.Free()
+		m := len(fastVals) / rows
+		mismatch := false
+		for row := range rows {
+			got := map[int]float64{}
+			for j := range m {
+				if val := fastVals[row*m+j]; !math.IsInf(val, -1) {
+					got[int(fastIDs[row*m+j])] = val
+				}
+			}
+			var want []int
+			for i := range v {
+				if val := full[row*v+i]; !math.IsInf(val, -1) {
+					want = append(want, i)
+					if g, ok := got[i]; ok && g != val {
+						t.Fatalf("trial %d row %d token %d: fast logprob %v, full %v", trial, row, i, g, val)
+					}
+				}
+			}
+			if len(want) != len(got) {
+				mismatch = true
+			}
+			for _, i := range want {
+				if _, ok := got[i]; !ok {
+					mismatch = true
+				}
+			}
+			if mismatch && !nearTopPBoundary(logits[row*v:(row+1)*v], p.TopP) {
+				var gotIDs []int
+				for id := range got {
+					gotIDs = append(gotIDs, id)
+				}
+				slices.Sort(gotIDs)
+				t.Fatalf("trial %d row %d params %+v (M=%d): full keeps %v, fast keeps %v", trial, row, p, m, want, gotIDs)
+			}
+		}
+		if mismatch {
+			boundary++
+		}
+	}
+	for _, k := range []string{"all", "xtc", "xtc+minp keep", "topp"} {
+		if compared[k] < trials/20 {
+			t.Fatalf("only %d trials compared for %q: %v", compared[k], k, compared)
+		}
+	}
+	t.Logf("compared %v; %d differed at a top-p float boundary", compared, boundary)
+	if boundary > trials/50 {
+		t.Fatalf("%d of %d trials differed at a top-p float boundary", boundary, trials)
+	}
+}
+
+// nearTopPBoundary reports whether some token's mass strictly above it
+// lies within float32 rounding of topP, where the two paths may round
+// differently.
+func nearTopPBoundary(logits []float64, topP float64) bool {
+	if topP <= 0 || topP >= 1 {
+		return false
+	}
+	lp := logSoftmax(logits)
+	sorted := slices.Clone(lp)
+	slices.Sort(sorted)
+	above := 0.0
+	for i := len(sorted) - 1; i >= 0; i-- {
+		if math.Abs(above-topP) < 1e-5 {
+			return true
+		}
+		above += math.Exp(sorted[i])
+	}
+	return false
+}
+
+func TestFastM(t *testing.T) {
+	cases := []struct {
+		p    Params
+		want int
+	}{
+		{Params{Temperature: 1, TopK: 64}, 64},
+		{Params{Temperature: 1, TopK: 64, TopP: 0.95, MinP: 0.1, MinTokensToKeep: 200}, 64},
+		{Params{Temperature: 1, TopK: 64, XTCProbability: 0.5, XTCThreshold: 0.1}, 64 + 11},
+		{Params{Temperature: 1, TopK: 64, XTCProbability: 0.5, XTCThreshold: 0.3, MinP: 0.1, MinTokensToKeep: 68}, 68},
+		{Params{Temperature: 1, TopK: 64, XTCProbability: 0.5, XTCThreshold: 0.3, MinP: 0.1, MinTokensToKeep: 69}, 0},
+		{Params{Temperature: 1, TopK: 64, XTCProbability: 0.5, XTCThreshold: 0}, 0},
+		{Params{Temperature: 1, TopK: 64, XTCProbability: 0.5, XTCThreshold: 0.1, TopP: 0.9}, 0},
+		{Params{Temperature: 1, TopK: 64, XTCThreshold: 0, TopP: 0.9}, 64}, // XTC off
+		{Params{Temperature: 1}, 0},
+		{Params{TopK: 64}, 0},
+		{Params{Temperature: 1, TopK: 1000}, 0},
+		{Params{Temperature: 1, TopK: 990, XTCProbability: 1, XTCThreshold: 0.1}, 0},
+	}
+	for i, c := range cases {
+		if got := fastM(c.p.withDefaults(), 1000); got != c.want {
+			t.Errorf("case %d %+v: fastM %d, want %d", i, c.p, got, c.want)
+		}
 	}
 }
 
@@ -554,6 +870,49 @@ func BenchmarkStepVocab262k(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if _, err := s.Sample(x, hist, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkStepVocab262kTopPTopK is Gemma's generation_config: temperature,
+// top_p 0.95 and top_k 64, nothing else.
+func BenchmarkStepVocab262kTopPTopK(b *testing.B) {
+	const v = 262144
+	logits := randomLogits(rand.New(rand.NewPCG(5, 6)), v)
+	x := logitsArray(logits)
+	defer x.Free()
+	s, err := New(Params{Temperature: 1, TopP: 0.95, TopK: 64, Seed: seed(1)}, v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Free()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := s.Sample(x, nil, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkStepVocab262kXTCTopK is the every-filter benchmark without
+// top-p: XTC, min-p (with keep) and top-k on the candidate fast path.
+func BenchmarkStepVocab262kXTCTopK(b *testing.B) {
+	const v = 262144
+	logits := randomLogits(rand.New(rand.NewPCG(5, 6)), v)
+	x := logitsArray(logits)
+	defer x.Free()
+	s, err := New(Params{
+		Temperature: 0.8, MinP: 0.05, MinTokensToKeep: 2, TopK: 40,
+		XTCProbability: 0.5, XTCThreshold: 0.1, Seed: seed(1),
+	}, v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Free()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := s.Sample(x, nil, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

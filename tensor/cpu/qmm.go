@@ -219,6 +219,9 @@ func qmmRun(dst, xb []byte, dt tensor.DType, rows int, w qmat, transpose bool) {
 		qmvT(out, x, raw, rows, w)
 	case transpose:
 		qmmT(out, x, rows, w)
+	case qmmNUsable(w):
+		clear(out)
+		qmmNFast(out, x, rows, w)
 	default:
 		clear(out)
 		qmmN(out, x, rows, w)
@@ -351,7 +354,9 @@ func qmmT4(out, x []float32, rows int, w qmat) {
 }
 
 // qmmN computes out[m, j] += Σ_k x[m, k]·W[k, j] for the K×N matrix w
-// (packed along N). Workers own column ranges of whole groups.
+// (packed along N) in portable Go: the path for other bit widths, odd
+// column counts and machines without AVX-512 (qmmNFast otherwise).
+// Workers own column ranges of whole groups.
 func qmmN(out, x []float32, rows int, w qmat) {
 	kin, n, gs, ng, wpr := w.rows, w.cols, w.gs, w.groups(), w.wordsPerRow()
 	wpg := gs * w.bits / 32

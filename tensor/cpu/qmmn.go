@@ -1,0 +1,132 @@
+package cpu
+
+import (
+	"slices"
+	"sync"
+	"unsafe"
+)
+
+// Non-transposed quantized matmul (x @ W, W packed along its columns) for
+// few x rows and many W rows: probs @ V in quantized-KV attention, where
+// the rows of W are the cached tokens (K up to the context length) and
+// its columns the head dimension (N of 64–256), so M·N is tiny and K long.
+//
+// out[m, n] = Σ_k x[m, k]·(s[k, g(n)]·q[k, n] + b[k, g(n)]). Each packed
+// row is dequantized once, in registers, 32 columns at a time (one FMA
+// per 16 values: a 32-column block lies in one group since groups are 32,
+// 64 or 128), and every x row then adds x[m, k] times it into its own
+// register accumulators, so the bias needs no separate term and each
+// weight byte is read once per call. Workers split K (M·N is too small to
+// split) and keep partial sums that are added at the end.
+//
+// Precision: x is used as float32 (exactly its bfloat16, float16 or
+// float32 value); the dequantized weight s·q + b is rounded once to
+// float32 (as the plain-Go path does), and the rest is float32
+// accumulation in order within a worker's range of K, the workers' sums
+// then added in K order (so results do not depend on timing): the error
+// stays within float32 accumulation error of Σ_k |x·w|. TestQMatmulNExact
+// holds it to that bound against float64, and to exact equality on data
+// where every step is exact.
+
+// qmmNMaxRows is the most x rows one kernel pass accumulates (two
+// accumulators per row in 16 of the 32 vector registers); more rows run
+// in passes of up to this many.
+const qmmNMaxRows = 8
+
+// qmmNChunkBytes bounds the packed bytes of one chunk of rows, so a
+// chunk stays in L1 while its column blocks are walked one after another.
+const qmmNChunkBytes = 16 << 10
+
+// qmmNUsable reports whether qmmNFast can compute this product: 4- or
+// 8-bit codes, whole 32-column blocks, AVX-512.
+func qmmNUsable(w qmat) bool {
+	return hasAVX512 && (w.bits == 4 || w.bits == 8) && w.cols%32 == 0 &&
+		(w.gs == 32 || w.gs == 64 || w.gs == 128)
+}
+
+// qmmNPool recycles the per-worker scratch (transposed x chunk, float32
+// scales and biases): decode calls qmmNFast once per KV head and layer.
+var qmmNPool sync.Pool
+
+// qmmNScratch returns a float32 buffer of n values from qmmNPool; its
+// contents are stale.
+func qmmNScratch(n int) *[]float32 {
+	if p, ok := qmmNPool.Get().(*[]float32); ok && cap(*p) >= n {
+		*p = (*p)[:n]
+		return p
+	}
+	b := make([]float32, n)
+	return &b
+}
+
+// qmmNFast computes out[m, n] += Σ_k x[m, k]·W[k, n] for the K×N matrix w
+// (packed along N) with qmmNKern; qmmNUsable(w) must hold.
+func qmmNFast(out, x []float32, rows int, w qmat) {
+	kin, n, ng := w.rows, w.cols, w.groups()
+	ldw := w.wordsPerRow() * 4
+	nb := n / 32
+	kc := max(16, min(512, qmmNChunkBytes/ldw)) &^ 7
+	wb := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w.words))), len(w.words)*4)
+	passes := (rows + qmmNMaxRows - 1) / qmmNMaxRows
+	blk := nb * qmmNMaxRows * 32 // one pass's partial sums, kernel lane order
+	var mu sync.Mutex
+	parts := map[int][]float32{} // by first row of the worker's K range
+	parallelFor(kin, max(kc, 1024), func(lo, hi int) {
+		buf := qmmNScratch(kc*qmmNMaxRows + 2*kc*ng)
+		defer qmmNPool.Put(buf)
+		f := *buf
+		xt := f[:kc*qmmNMaxRows]
+		sv := f[kc*qmmNMaxRows:][:kc*ng]
+		bv := f[kc*qmmNMaxRows+kc*ng:][:kc*ng]
+		part := make([]float32, passes*blk)
+		for k0 := lo; k0 < hi; k0 += kc {
+			nk := min(kc, hi-k0)
+			w.rowScales(sv, bv, k0, k0+nk)
+			for p := range passes {
+				m0 := p * qmmNMaxRows
+				mr := min(qmmNMaxRows, rows-m0)
+				for m := range mr {
+					xr := x[(m0+m)*kin+k0 : (m0+m)*kin+k0+nk]
+					for i, v := range xr {
+						xt[i*qmmNMaxRows+m] = v
+					}
+				}
+				for cb := range nb {
+					g := cb * 32 / w.gs
+					qmmNKern(&wb[k0*ldw+cb*32*w.bits/8], ldw, &xt[0], &sv[g], &bv[g], 4*ng, nk, mr,
+						&part[p*blk+cb*qmmNMaxRows*32], w.bits)
+				}
+			}
+		}
+		mu.Lock()
+		parts[lo] = part
+		mu.Unlock()
+	})
+	// add the workers' sums in K order, so results do not depend on timing
+	los := make([]int, 0, len(parts))
+	for lo := range parts {
+		los = append(los, lo)
+	}
+	slices.Sort(los)
+	for _, lo := range los {
+		part := parts[lo]
+		for m := range rows {
+			p, mm := m/qmmNMaxRows, m%qmmNMaxRows
+			for cb := range nb {
+				s := part[p*blk+(cb*qmmNMaxRows+mm)*32:][:32]
+				o := out[m*n+cb*32:][:32]
+				if w.bits == 4 {
+					// lanes 0..15 hold the even columns, 16..31 the odd
+					for l := range 16 {
+						o[2*l] += s[l]
+						o[2*l+1] += s[16+l]
+					}
+				} else {
+					for j, v := range s {
+						o[j] += v
+					}
+				}
+			}
+		}
+	}
+}

@@ -20,6 +20,13 @@
 // token on the host (a grammar, whose mask needs it, and the
 // history-based penalties of the sampler) read each token eagerly instead.
 //
+// On a backend that implements StepRunner (the MLX backend, whose every
+// op otherwise costs a hand-off to its locked thread), each prefill chunk
+// and each decode step — forward pass, sampling and, when pipelined, the
+// read-back of the previous token — is made inside one Run, so a step
+// costs one hand-off instead of one per op. Host work that does not touch
+// arrays (a grammar's mask, the consumer's loop body) stays outside it.
+//
 // With a Grammar, Options.JumpForward (plus a Codec to tokenize text)
 // turns on jump-forward decoding: when the grammar forces the text after
 // a sampled token (a JSON key, punctuation), the sampled token and that

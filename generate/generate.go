@@ -224,6 +224,19 @@ type Stats struct {
 	CacheTokens []int32 `json:"-"`
 }
 
+// StepRunner is implemented by backends on which a tensor op costs more
+// when made alone than as part of a batch handed over at once: on
+// mlxffi.Backend every op made outside Run is a hand-off to the locked
+// MLX thread (several microseconds, against a fraction of one inside
+// Run), and a small model's decode step makes hundreds. When the backend
+// implements it, the loop makes each prefill chunk, each decode step's
+// forward pass and sampling, and each read-back of a sampled token inside
+// one Run. Run must run f to completion before returning, run a nested
+// Run inline, and re-raise a panic inside f on the caller's goroutine.
+type StepRunner interface {
+	Run(f func())
+}
+
 // Stream is one generation in progress. Iterate Tokens once, then read
 // Stats; Close frees what the stream owns.
 type Stream struct {
@@ -232,6 +245,7 @@ type Stream struct {
 	prompt []int32
 	o      Options
 	be     tensor.Backend
+	runner StepRunner // the backend's, or nil
 	mem    MemoryInfo
 	smp    *sampler.Sampler
 	caches []kv.Cache
@@ -297,6 +311,7 @@ func Generate(ctx context.Context, m Model, prompt []int32, opts *Options) (*Str
 			return nil, err
 		}
 	}
+	s.runner, _ = s.be.(StepRunner)
 	s.mem = o.Memory
 	if s.mem == nil {
 		s.mem, _ = s.be.(MemoryInfo)
@@ -458,7 +473,8 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 		if !fired && pos < snap && snap < pos+n {
 			n = snap - pos
 		}
-		if err := s.prefillChunk(s.prompt[pos : pos+n]); err != nil {
+		ids := s.prompt[pos : pos+n]
+		if err := s.onBackend(func() error { return s.prefillChunk(ids) }); err != nil {
 			return err
 		}
 		cacheToks = append(cacheToks, s.prompt[pos:pos+n]...)
@@ -500,7 +516,7 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 		history = append(history, lead...)
 	}
 	in := append(slices.Clone(s.prompt[total-1:]), lead...)
-	cur, err := s.dispatch(s.hostIDs(in), history, mask)
+	cur, err := s.dispatch(func() *tensor.Array { return s.hostIDs(in) }, history, mask)
 	if err != nil {
 		return err
 	}
@@ -524,19 +540,29 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 	for {
 		more := s.o.MaxTokens < 0 || n+1 < s.o.MaxTokens
 		var next *pending
-		if pipelined && more && !cancelled() {
-			// Dispatch step n+1 on step n's (still lazy) token.
-			var in *tensor.Array
-			if err := tensor.Try(func() { in = tensor.Reshape(cur.st.Tokens, 1, 1) }); err != nil {
-				return err
+		var res sampler.Result
+		read := false
+		// One Run (one hand-off on MLX) per pipelined step: dispatch step
+		// n+1 on step n's (still lazy) token, then read step n's back.
+		err := s.onBackend(func() (err error) {
+			if pipelined && more && !cancelled() {
+				prev := cur.st.Tokens
+				next, err = s.dispatch(func() *tensor.Array { return tensor.Reshape(prev, 1, 1) }, nil, nil)
+				if err != nil {
+					return err
+				}
 			}
-			next, err = s.dispatch(in, nil, nil)
-			if err != nil {
-				return err
-			}
+			read = true
+			res = cur.st.Results()[0] // blocks; frees the step's arrays
+			return nil
+		})
+		if read {
+			cur.st = nil // Results freed it, even on failure
 		}
-		res := cur.st.Results()[0] // blocks; frees the step's arrays
-		cur.st = nil
+		if err != nil {
+			next.free()
+			return err
+		}
 		cur = next
 		now := time.Now()
 		if first.IsZero() {
@@ -602,7 +628,7 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 		}
 		if !pipelined {
 			history = append(history, step...)
-			cur, err = s.dispatch(s.hostIDs(step), history, mask)
+			cur, err = s.dispatch(func() *tensor.Array { return s.hostIDs(step) }, history, mask)
 			if err != nil {
 				return err
 			}
@@ -751,43 +777,84 @@ func (s *Stream) prefillChunk(ids []int32) (err error) {
 	return nil
 }
 
-// dispatch runs in (consumed: freed here) through the model, samples the
-// last position and starts computing it (AsyncEval). With a grammar, the
-// mask is filled while the forward pass is in flight.
-func (s *Stream) dispatch(in *tensor.Array, history []int32, mask []int32) (p *pending, err error) {
+// onBackend runs f inside the backend's Run when it is a StepRunner (so
+// that its tensor ops are not handed off one by one), else directly. A
+// tensor panic inside f comes back as the error.
+func (s *Stream) onBackend(f func() error) (err error) {
+	if s.runner == nil {
+		return f()
+	}
+	defer tensor.Recover(&err)
+	s.runner.Run(func() { err = f() })
+	return err
+}
+
+// dispatch runs the array input makes (consumed: freed here) through the
+// model, samples the last position and starts computing it (AsyncEval).
+// input runs inside the step's Run, so making it costs no hand-off of its
+// own. With a grammar, the mask is filled while the forward pass is in
+// flight, outside Run: it is host work that other users of the backend
+// need not wait behind.
+func (s *Stream) dispatch(input func() *tensor.Array, history []int32, mask []int32) (p *pending, err error) {
 	defer tensor.Recover(&err)
 	sc := tensor.NewScope()
 	defer sc.Close()
 	s.stats.DecodeSteps++
-	h, err := s.m.Forward(in, s.caches)
-	in.Free()
-	if err != nil {
-		return nil, err
-	}
-	if t := h.Dim(1); t > 1 {
-		h = tensor.SliceAxis(h, 1, t-1, t)
-	}
-	logits, err := s.m.Logits(h)
-	if err != nil {
-		return nil, err
-	}
-	logits = tensor.Reshape(logits, 1, logits.Dim(-1))
-	if err := s.quantize(); err != nil {
-		return nil, err
-	}
-	if mask != nil {
-		tensor.AsyncEval(logits)
-		if err := s.o.Grammar.FillNextTokenBitmask(mask); err != nil {
-			return nil, fmt.Errorf("generate: grammar mask: %w", err)
+	var logits *tensor.Array
+	forward := func() error {
+		in := input()
+		h, err := s.m.Forward(in, s.caches)
+		in.Free()
+		if err != nil {
+			return err
 		}
+		if t := h.Dim(1); t > 1 {
+			h = tensor.SliceAxis(h, 1, t-1, t)
+		}
+		if logits, err = s.m.Logits(h); err != nil {
+			return err
+		}
+		logits = tensor.Reshape(logits, 1, logits.Dim(-1))
+		if err := s.quantize(); err != nil {
+			return err
+		}
+		if mask != nil {
+			tensor.AsyncEval(logits)
+		}
+		return nil
 	}
-	st, err := s.smp.Step(logits, history, mask)
-	if err != nil {
+	sample := func() error {
+		st, err := s.smp.Step(logits, history, mask)
+		if err != nil {
+			return err
+		}
+		tensor.Detach(st.Arrays()...) // the step outlives this scope; pending.free or Results frees it
+		tensor.AsyncEval(st.Arrays()...)
+		p = &pending{st: st}
+		return nil
+	}
+	if mask == nil {
+		err = s.onBackend(func() error {
+			if err := forward(); err != nil {
+				return err
+			}
+			return sample()
+		})
+		if err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
+	if err := s.onBackend(forward); err != nil {
 		return nil, err
 	}
-	tensor.Detach(st.Arrays()...) // the step outlives this scope; pending.free or Results frees it
-	tensor.AsyncEval(st.Arrays()...)
-	return &pending{st: st}, nil
+	if err := s.o.Grammar.FillNextTokenBitmask(mask); err != nil {
+		return nil, fmt.Errorf("generate: grammar mask: %w", err)
+	}
+	if err := s.onBackend(sample); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // Wrap adapts a model whose Forward takes a third, optional argument (as

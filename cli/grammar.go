@@ -18,7 +18,7 @@ import (
 type grammarFlags struct {
 	jsonSchema, regex, ebnf, choice string
 	jsonIndent                      int
-	jumpForward                     bool
+	jumpForward                     string // "", "exact" or "canonical"
 }
 
 func addGrammarFlags(fl *pflag.FlagSet, g *grammarFlags) {
@@ -27,7 +27,8 @@ func addGrammarFlags(fl *pflag.FlagSet, g *grammarFlags) {
 	fl.StringVar(&g.regex, "regex", "", "constrain the output to match this regular expression (Go RE2 syntax, whole output)")
 	fl.StringVar(&g.ebnf, "grammar", "", "constrain the output to this GBNF/EBNF grammar file (start rule root)")
 	fl.StringVar(&g.choice, "choice", "", "constrain the output to one of these comma-separated strings")
-	fl.BoolVar(&g.jumpForward, "jump-forward", false, "feed text the grammar forces through one forward pass instead of sampling it token by token (off with --logprobs)")
+	fl.StringVar(&g.jumpForward, "jump-forward", "", "feed tokens the grammar forces through one forward pass instead of one per step: exact (the bare flag) only where the grammar allows a single token, never changing the output; canonical: the tokenizer's spelling of all forced text, fewer passes but other text (off with --logprobs)")
+	fl.Lookup("jump-forward").NoOptDefVal = "exact"
 }
 
 // parse compiles the chosen front end into a grammar (nil: none chosen).
@@ -44,7 +45,9 @@ func (g *grammarFlags) parse() (*grammar.Grammar, error) {
 	switch {
 	case n > 1:
 		return nil, fmt.Errorf("%w: give at most one of --json-schema, --regex, --grammar and --choice", errUsage)
-	case n == 0 && g.jumpForward:
+	case g.jumpForward != "" && g.jumpForward != "exact" && g.jumpForward != "canonical":
+		return nil, fmt.Errorf("%w: --jump-forward is exact or canonical, not %q", errUsage, g.jumpForward)
+	case n == 0 && g.jumpForward != "":
 		return nil, fmt.Errorf("%w: --jump-forward needs --json-schema, --regex, --grammar or --choice", errUsage)
 	case n == 0:
 		return nil, nil
@@ -140,11 +143,14 @@ func useGrammar(gr *grammar.Grammar, f *genFlags, tok *tokenizer.Tokenizer, voca
 		return err
 	}
 	opts.Grammar = m
-	if f.gram.jumpForward {
+	if f.gram.jumpForward != "" {
 		if f.logprobs > 0 {
-			fmt.Fprintln(stderr, "mlxgo: --jump-forward is off with --logprobs (forced tokens have no logprobs)")
+			fmt.Fprintln(stderr, "mlxgo: --jump-forward is off with --logprobs (forced tokens have no alternatives)")
 		}
 		opts.JumpForward, opts.Codec = true, tokCodec{tok}
+		if f.gram.jumpForward == "canonical" {
+			opts.JumpMode = generate.JumpCanonical
+		}
 	}
 	return nil
 }

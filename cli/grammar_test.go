@@ -79,11 +79,19 @@ func TestGenerateJSONSchema(t *testing.T) {
 	}
 	step := gen("--temp", "0")
 	jump := gen("--temp", "0", "--jump-forward")
-	if step.Stats.ForcedTokens != 0 || jump.Stats.ForcedTokens == 0 || jump.Stats.DecodeSteps >= step.Stats.DecodeSteps ||
+	// Exact mode forces only single-token masks; on this bf16 model its
+	// multi-token forward passes round differently from single steps, so
+	// the text (and its length) may still differ from step by step's.
+	if step.Stats.ForcedTokens != 0 || jump.Stats.ForcedTokens == 0 ||
 		jump.Stats.DecodeSteps+jump.Stats.ForcedTokens != jump.Stats.GeneratedTokens+1 {
 		t.Errorf("decode steps %d → %d with jump-forward (%+v)", step.Stats.DecodeSteps, jump.Stats.DecodeSteps, jump.Stats)
 	}
 	t.Logf("greedy: %d decode steps step by step, %d with jump-forward (%d forced tokens); %s", step.Stats.DecodeSteps, jump.Stats.DecodeSteps, jump.Stats.ForcedTokens, jump.Text)
+	canon := gen("--temp", "0", "--jump-forward=canonical")
+	if canon.Stats.ForcedTokens <= jump.Stats.ForcedTokens || canon.Stats.DecodeSteps >= jump.Stats.DecodeSteps {
+		t.Errorf("canonical jump-forward: %+v (exact: %+v)", canon.Stats, jump.Stats)
+	}
+	t.Logf("greedy canonical: %d decode steps (%d forced tokens); %s", canon.Stats.DecodeSteps, canon.Stats.ForcedTokens, canon.Text)
 	for _, seed := range []string{"1", "2", "3"} {
 		gen("--temp", "0.9", "--seed", seed, "--jump-forward")
 		gen("--temp", "0.9", "--seed", seed, "--json-indent", "2")
@@ -140,6 +148,7 @@ func TestGenerateRegexChoiceGrammar(t *testing.T) {
 		{[]string{"--regex", `a\bb`}, "regex"},
 		{[]string{"--regex", "a", "--choice", "a,b"}, "at most one"},
 		{[]string{"--jump-forward"}, "--jump-forward needs"},
+		{[]string{"--regex", "a", "--jump-forward=fast"}, "exact or canonical"},
 	} {
 		code, _, errs := run(t, append([]string{"generate", "--backend", "cpu", "--prompt", "x"}, c.args...)...)
 		if code != 2 || !strings.Contains(errs, c.want) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"iter"
 	"math"
+	"math/bits"
 	"runtime"
 	"slices"
 	"time"
@@ -118,17 +119,15 @@ type Options struct {
 	Sampler sampler.Params
 	// Grammar, when set, masks every step to the tokens it allows.
 	Grammar Grammar
-	// JumpForward, when the Grammar implements JumpForwarder and Codec is
-	// set, feeds the text the grammar forces after a sampled token through
-	// one multi-token forward pass instead of sampling it token by token:
-	// the sampled token and the forced text are tokenized together (so
-	// that the token stream stays the one the tokenizer would produce) and
-	// the last of those tokens is left to sampling, since it could merge
-	// with the text that follows. The forced tokens are yielded like
-	// sampled ones, with NaN logprobs; jump-forward is off whenever
-	// logprobs are requested, since forced tokens have none.
+	// JumpForward, with a Grammar, feeds tokens the grammar forces
+	// through one multi-token forward pass instead of sampling them one
+	// per step; JumpMode says which tokens count as forced. Forced tokens
+	// are yielded like sampled ones, with Token.Forced set.
 	JumpForward bool
-	// Codec tokenizes the forced text for JumpForward.
+	// JumpMode picks how JumpForward finds forced tokens (the zero value,
+	// JumpExact, keeps step-by-step decoding's choices).
+	JumpMode JumpMode
+	// Codec tokenizes the forced text for JumpCanonical.
 	Codec Codec
 
 	// Caches are pre-warmed caches (from a PromptCache): their offset
@@ -166,6 +165,45 @@ type Options struct {
 	Memory MemoryInfo
 }
 
+// JumpMode is how jump-forward decoding (Options.JumpForward) decides
+// which tokens to feed without sampling them: exactly the tokens
+// step-by-step decoding could not avoid, or the tokenizer's spelling of
+// the text the grammar forces.
+type JumpMode int
+
+const (
+	// JumpExact feeds a token without a forward pass of its own only when
+	// the grammar's mask allows that token alone (and it is not an EOS
+	// token): a masked argmax or categorical draw over one allowed token
+	// returns it whatever the logits, so the output is the one
+	// step-by-step constrained decoding gives, token for token — as far
+	// as a multi-token forward pass computes what single steps do: in
+	// bf16 it rounds differently, which can still tip a near-tie. Its
+	// logprob under the masked distribution is exactly 0, which is what
+	// it is given when Sampler.Logprobs is set; the mode is off when
+	// Sampler.TopLogprobs is set (the alternatives of a forced token are
+	// all -Inf, in an order only the backend's top-k knows). Sampled runs
+	// split the RNG key once per sampling step, so skipping the forced
+	// steps moves later draws to other keys: the same distribution, not
+	// the same draws as step by step with the same seed. It needs no
+	// Codec. Forced tokens often come one or a few at a time: a BPE
+	// vocabulary usually offers several spellings of forced text (a key's
+	// first letter, its first two, ...), and a mask with a choice of
+	// spelling forces nothing.
+	JumpExact JumpMode = iota
+	// JumpCanonical feeds the text the grammar forces after a sampled
+	// token (the Grammar must implement JumpForwarder, and Codec must be
+	// set): the sampled token and the forced text are tokenized together
+	// (so that the token stream stays the one the tokenizer would
+	// produce) and the last of those tokens is left to sampling, since it
+	// could merge with the text that follows. It saves more forward
+	// passes than JumpExact, but the model may have spelled the forced
+	// text with other tokens, so the output can differ from step-by-step
+	// decoding. Forced tokens have NaN logprobs, and the mode is off
+	// whenever logprobs are requested.
+	JumpCanonical
+)
+
 // Token is one generated token.
 type Token struct {
 	// ID is the token id.
@@ -178,7 +216,7 @@ type Token struct {
 	// Top holds the most likely alternatives, when asked for.
 	Top []sampler.TokenLogprob
 	// Forced marks a token jump-forward fed because the grammar forced
-	// its text, instead of sampling it (see Options.JumpForward).
+	// it, instead of sampling it (see Options.JumpForward).
 	Forced bool
 }
 
@@ -251,12 +289,15 @@ type Stream struct {
 	caches []kv.Cache
 	owned  bool // the stream made the caches and frees them
 	plan   kv.QuantPlan
-	quant  bool
-	vocab  int
-	stats  Stats
-	used   bool
-	err    error
-	closed bool
+	// maskReady says the grammar mask already holds the next step's
+	// allowed tokens (JumpExact filled it looking for forced ones).
+	maskReady bool
+	quant     bool
+	vocab     int
+	stats     Stats
+	used      bool
+	err       error
+	closed    bool
 }
 
 // Generate validates the request and prepares a Stream; nothing runs
@@ -503,7 +544,19 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 	// the text the grammar forces at the start, unless a snapshot of the
 	// caches is still due after this step.
 	jf := s.jumpForwarder()
+	exact := s.exactJump()
 	var lead []int32
+	if exact && fired {
+		room := -1
+		if s.o.MaxTokens > 0 {
+			room = s.o.MaxTokens - 1 // leave room for a sampled token
+		}
+		if lead, s.maskReady, err = s.forcedRun(mask, room); err != nil {
+			return err
+		}
+		s.stats.ForcedTokens += len(lead)
+		history = append(history, lead...)
+	}
 	if jf != nil && fired {
 		room := -1
 		if s.o.MaxTokens > 0 {
@@ -514,6 +567,19 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 		}
 		s.stats.ForcedTokens += len(lead)
 		history = append(history, lead...)
+	}
+	if g := s.o.Grammar; exact && g.IsTerminated() {
+		// The forced tokens ended the grammar (with a stop token that is
+		// not an EOS token): nothing is left to sample.
+		for _, t := range lead {
+			s.stats.GeneratedTokens++
+			if !yield(Token{ID: t, Index: s.stats.GeneratedTokens - 1, Logprob: s.forcedLogprob(exact), Forced: true}, nil) {
+				s.stats.StopReason = StopConsumer
+				return errConsumer
+			}
+		}
+		s.stats.StopReason = StopGrammar
+		return nil
 	}
 	in := append(slices.Clone(s.prompt[total-1:]), lead...)
 	cur, err := s.dispatch(func() *tensor.Array { return s.hostIDs(in) }, history, mask)
@@ -531,7 +597,7 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 	n := 0
 	for _, t := range lead {
 		s.stats.GeneratedTokens++
-		if !yield(Token{ID: t, Index: n, Logprob: float32(math.NaN()), Forced: true}, nil) {
+		if !yield(Token{ID: t, Index: n, Logprob: s.forcedLogprob(exact), Forced: true}, nil) {
 			s.stats.StopReason = StopConsumer
 			return errConsumer
 		}
@@ -589,6 +655,19 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 			return nil
 		}
 		step := []int32{id}
+		if exact {
+			room := -1
+			if s.o.MaxTokens > 0 {
+				room = s.o.MaxTokens - n - 1
+			}
+			f, ready, err := s.forcedRun(mask, room)
+			if err != nil {
+				return err
+			}
+			s.maskReady = ready
+			step = append(step, f...)
+			s.stats.ForcedTokens += len(f)
+		}
 		if jf != nil {
 			room := -1
 			if s.o.MaxTokens > 0 {
@@ -606,7 +685,7 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 		for i, t := range step {
 			tok := Token{ID: t, Index: n, Logprob: res.Logprob, Top: res.Top}
 			if i > 0 || t != id {
-				tok.Logprob, tok.Top, tok.Forced = float32(math.NaN()), nil, true
+				tok.Logprob, tok.Top, tok.Forced = s.forcedLogprob(exact), nil, true
 			}
 			n++
 			s.stats.GeneratedTokens++
@@ -643,15 +722,78 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 	}
 }
 
-// jumpForwarder returns the grammar's JumpForwarder when jump-forward
-// decoding is on and possible for this request.
+// jumpForwarder returns the grammar's JumpForwarder when canonical
+// jump-forward decoding is on and possible for this request.
 func (s *Stream) jumpForwarder() JumpForwarder {
 	p := s.o.Sampler
-	if !s.o.JumpForward || s.o.Codec == nil || p.Logprobs || p.TopLogprobs > 0 {
+	if !s.o.JumpForward || s.o.JumpMode != JumpCanonical || s.o.Codec == nil || p.Logprobs || p.TopLogprobs > 0 {
 		return nil
 	}
 	jf, _ := s.o.Grammar.(JumpForwarder)
 	return jf
+}
+
+// exactJump reports whether exact jump-forward decoding is on and
+// possible for this request (see JumpExact).
+func (s *Stream) exactJump() bool {
+	return s.o.JumpForward && s.o.JumpMode == JumpExact && s.o.Grammar != nil && s.o.Sampler.TopLogprobs == 0
+}
+
+// forcedLogprob is the logprob reported for a forced token: exactly 0 in
+// exact mode when logprobs are asked for (the masked distribution has one
+// allowed token), NaN otherwise.
+func (s *Stream) forcedLogprob(exact bool) float32 {
+	if exact && s.o.Sampler.Logprobs {
+		return 0
+	}
+	return float32(math.NaN())
+}
+
+// forcedRun moves the grammar over the tokens its mask forces one at a
+// time — while the mask allows a single token that is not an EOS token —
+// and returns them; at most room tokens (-1: no cap). ready reports that
+// mask holds the allowed tokens of the grammar's current state, so the
+// next dispatch need not fill it again. A forced token that ends the
+// grammar ends the run (the caller sees IsTerminated).
+func (s *Stream) forcedRun(mask []int32, room int) (out []int32, ready bool, err error) {
+	g := s.o.Grammar
+	for !g.IsTerminated() {
+		if room >= 0 && len(out) >= room {
+			return out, false, nil
+		}
+		if err := g.FillNextTokenBitmask(mask); err != nil {
+			return nil, false, fmt.Errorf("generate: grammar mask: %w", err)
+		}
+		id, ok := onlyAllowed(mask, s.vocab)
+		if !ok || slices.Contains(s.o.EOS, id) {
+			return out, true, nil
+		}
+		if !g.AcceptToken(int(id)) {
+			return nil, false, fmt.Errorf("generate: the grammar rejected token %d, the only one its mask allowed", id)
+		}
+		out = append(out, id)
+	}
+	return out, false, nil
+}
+
+// onlyAllowed returns the token a mask allows when it allows exactly one
+// inside the vocabulary.
+func onlyAllowed(mask []int32, vocab int) (int32, bool) {
+	id := int32(-1)
+	for w, word := range mask {
+		u := uint32(word)
+		if w == len(mask)-1 && vocab%32 != 0 {
+			u &= 1<<(vocab%32) - 1
+		}
+		if u == 0 {
+			continue
+		}
+		if id >= 0 || u&(u-1) != 0 {
+			return 0, false
+		}
+		id = int32(w*32 + bits.TrailingZeros32(u))
+	}
+	return id, id >= 0
 }
 
 // leading returns the tokens of the text the grammar forces before
@@ -848,9 +990,12 @@ func (s *Stream) dispatch(input func() *tensor.Array, history []int32, mask []in
 	if err := s.onBackend(forward); err != nil {
 		return nil, err
 	}
-	if err := s.o.Grammar.FillNextTokenBitmask(mask); err != nil {
-		return nil, fmt.Errorf("generate: grammar mask: %w", err)
+	if !s.maskReady {
+		if err := s.o.Grammar.FillNextTokenBitmask(mask); err != nil {
+			return nil, fmt.Errorf("generate: grammar mask: %w", err)
+		}
 	}
+	s.maskReady = false
 	if err := s.onBackend(sample); err != nil {
 		return nil, err
 	}

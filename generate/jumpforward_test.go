@@ -11,6 +11,7 @@ import (
 	"github.com/mlxgo/mlxgo/kv"
 	"github.com/mlxgo/mlxgo/model/demo"
 	"github.com/mlxgo/mlxgo/sampler"
+	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tensor/tensortest"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
@@ -134,7 +135,7 @@ func TestJumpForwardDemo(t *testing.T) {
 		}
 		for _, p := range []string{"Call me Ishmael. ", "The whale"} {
 			cm := &countingModel{Model: m}
-			o := &generate.Options{MaxTokens: 200, EOS: eos, Grammar: grammar.NewMatcher(cg), JumpForward: true, Codec: c}
+			o := &generate.Options{MaxTokens: 200, EOS: eos, Grammar: grammar.NewMatcher(cg), JumpForward: true, JumpMode: generate.JumpCanonical, Codec: c}
 			ids1, forced, st1 := runForced(t, cm, prompt(p), o)
 			fw1 := cm.forwards
 			cm = &countingModel{Model: m}
@@ -212,7 +213,7 @@ func TestJumpForwardCanonical(t *testing.T) {
 		eos = append(eos, int32(id))
 	}
 	pr := c.Encode("<bos>Call me Ishmael.")
-	out, st, err := collect(t, m, pr, &generate.Options{MaxTokens: 100, EOS: eos, Grammar: grammar.NewMatcher(cg), JumpForward: true, Codec: c})
+	out, st, err := collect(t, m, pr, &generate.Options{MaxTokens: 100, EOS: eos, Grammar: grammar.NewMatcher(cg), JumpForward: true, JumpMode: generate.JumpCanonical, Codec: c})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +229,7 @@ func TestJumpForwardCanonical(t *testing.T) {
 		t.Errorf("%d decode steps for %d tokens, want 3", st.DecodeSteps, len(out))
 	}
 	// A cap inside the forced stretch ends the generation there.
-	out, st, err = collect(t, m, pr, &generate.Options{MaxTokens: 4, EOS: eos, Grammar: grammar.NewMatcher(cg), JumpForward: true, Codec: c})
+	out, st, err = collect(t, m, pr, &generate.Options{MaxTokens: 4, EOS: eos, Grammar: grammar.NewMatcher(cg), JumpForward: true, JumpMode: generate.JumpCanonical, Codec: c})
 	if err != nil || len(out) != 4 || st.StopReason != generate.StopLength || st.DecodeSteps != 1 {
 		t.Errorf("capped: %v %+v %v", out, st, err)
 	}
@@ -239,13 +240,13 @@ func TestJumpForwardCanonical(t *testing.T) {
 		t.Fatal(err)
 	}
 	cg2 := grammar.CompileGrammar(g2, ti, grammar.CompileOptions{})
-	ids, forced, st := runForced(t, m, pr, &generate.Options{MaxTokens: 100, EOS: eos, Grammar: grammar.NewMatcher(cg2), JumpForward: true, Codec: c})
+	ids, forced, st := runForced(t, m, pr, &generate.Options{MaxTokens: 100, EOS: eos, Grammar: grammar.NewMatcher(cg2), JumpForward: true, JumpMode: generate.JumpCanonical, Codec: c})
 	if txt := c.Decode(ids); !strings.HasPrefix(txt, "Call me captain of the ship ") || len(forced) < 3 || !forced[0] || !forced[1] || st.DecodeSteps > 4 ||
 		st.PrefillMs <= 0 || st.DecodeMs <= 0 || st.DecodeMs > 60e3 || !(st.DecodeTPS > 0) {
 		t.Errorf("leading: %q %v %+v", txt, forced, st)
 	}
 	snapped := -1
-	ids, forced, _ = runForced(t, m, pr, &generate.Options{MaxTokens: 100, EOS: eos, Grammar: grammar.NewMatcher(cg2), JumpForward: true, Codec: c,
+	ids, forced, _ = runForced(t, m, pr, &generate.Options{MaxTokens: 100, EOS: eos, Grammar: grammar.NewMatcher(cg2), JumpForward: true, JumpMode: generate.JumpCanonical, Codec: c,
 		OnPrefillDone: func(cs []kv.Cache, n int) {
 			for _, kc := range cs {
 				if kc != nil {
@@ -257,7 +258,7 @@ func TestJumpForwardCanonical(t *testing.T) {
 		t.Errorf("with a snapshot due: caches held %d tokens (want %d), forced %v", snapped, len(pr), forced)
 	}
 	// Logprobs turn jump-forward off.
-	s, err := generate.Generate(t.Context(), m, pr, &generate.Options{MaxTokens: 100, EOS: eos, Grammar: grammar.NewMatcher(cg), JumpForward: true, Codec: c,
+	s, err := generate.Generate(t.Context(), m, pr, &generate.Options{MaxTokens: 100, EOS: eos, Grammar: grammar.NewMatcher(cg), JumpForward: true, JumpMode: generate.JumpCanonical, Codec: c,
 		Sampler: sampler.Params{Logprobs: true}})
 	if err != nil {
 		t.Fatal(err)
@@ -286,4 +287,213 @@ func equal32(a, b []int32) bool {
 		}
 	}
 	return true
+}
+
+// demoSetup loads the demo model, its tokenizer as a codec, a grammar
+// compiler for its vocabulary and its EOS ids.
+func demoSetup(t *testing.T) (generate.Model, codec, *grammar.Compiler, *grammar.TokenizerInfo, []int32) {
+	t.Helper()
+	dir, err := demo.Path()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := loadModel(t, dir, nil)
+	var eos []int32
+	for _, id := range tok.Config.EOSTokenIDs {
+		eos = append(eos, int32(id))
+	}
+	v := grammar.NewTokenizerVocab(tok, grammar.DetectVocabKind(tok), m.VocabSize(), tok.Config.EOSTokenIDs)
+	ti, err := grammar.NewTokenizerInfo(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, codec{tok}, grammar.NewCompiler(ti, grammar.CompileOptions{}, 0), ti, eos
+}
+
+// runLogprobs generates to the end and returns the tokens, their
+// logprobs and forced marks, and the stats.
+func runLogprobs(t *testing.T, m generate.Model, prompt []int32, o *generate.Options) ([]int32, []float32, []bool, generate.Stats) {
+	t.Helper()
+	s, err := generate.Generate(t.Context(), m, prompt, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var ids []int32
+	var lps []float32
+	var forced []bool
+	for tk, err := range s.Tokens() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, tk.ID)
+		lps = append(lps, tk.Logprob)
+		forced = append(forced, tk.Forced)
+	}
+	return ids, lps, forced, s.Stats()
+}
+
+// stepwise runs every multi-token forward pass as single-token ones, so
+// that its numbers are those of step-by-step decoding. On the bf16 demo
+// model a T-token forward pass is not bit-identical to T single-token
+// ones (other kernels, other rounding), which can flip a near-tie; with
+// it, any difference between exact jump-forward and step-by-step decoding
+// is the loop's, not the arithmetic's. The loop still makes one Forward
+// call per jump, which is what countingModel counts.
+type stepwise struct{ generate.Model }
+
+func (w stepwise) Forward(ids *tensor.Array, caches []kv.Cache) (*tensor.Array, error) {
+	var hs []*tensor.Array
+	defer func() {
+		for _, h := range hs {
+			h.Free()
+		}
+	}()
+	for t := range ids.Dim(1) {
+		one := tensor.SliceAxis(ids, 1, t, t+1)
+		h, err := w.Model.Forward(one, caches)
+		one.Free()
+		if err != nil {
+			return nil, err
+		}
+		tensor.Eval(h)
+		hs = append(hs, h)
+	}
+	return tensor.Concatenate(hs, 1), nil
+}
+
+// TestJumpForwardExact checks that exact jump-forward (the default mode)
+// gives the tokens and text of free-running step-by-step constrained
+// greedy decoding on every schema and prompt of TestJumpForwardDemo (where
+// the canonical mode may not), with one forward pass fewer per forced
+// token; and that with logprobs, the forced tokens' logprob is the 0
+// step-by-step decoding reports for them and the sampled ones' are
+// step-by-step's. Both run on stepwise (see there); the plain model's
+// results are logged.
+func TestJumpForwardExact(t *testing.T) {
+	t.Cleanup(tensortest.NoLeaks(t))
+	plain, c, comp, _, eos := demoSetup(t)
+	m := stepwise{plain}
+	prompt := func(s string) []int32 { return c.Encode("<bos>" + s) }
+	var fwFree, fwExact, fwCanon, sameCanon, samePlain, runs int
+	for i, schema := range jumpSchemas {
+		cg, err := comp.JSONSchema(schema, grammar.JSONOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{"Call me Ishmael. ", "The whale"} {
+			opts := func(jump bool, mode generate.JumpMode, lp bool) *generate.Options {
+				return &generate.Options{MaxTokens: 200, EOS: eos, Grammar: grammar.NewMatcher(cg), JumpForward: jump, JumpMode: mode, Codec: c,
+					Sampler: sampler.Params{Logprobs: lp}}
+			}
+			cm := &countingModel{Model: m}
+			free, _, stF := runForced(t, cm, prompt(p), opts(false, 0, false))
+			fF := cm.forwards
+			cm = &countingModel{Model: m}
+			ex, forced, stE := runForced(t, cm, prompt(p), opts(true, generate.JumpExact, false))
+			fE := cm.forwards
+			cm = &countingModel{Model: m}
+			can, _, _ := runForced(t, cm, prompt(p), opts(true, generate.JumpCanonical, false))
+			fC := cm.forwards
+			nf := 0
+			for _, f := range forced {
+				if f {
+					nf++
+				}
+			}
+			if !equal32(free, ex) || c.Decode(free) != c.Decode(ex) || stF.StopReason != stE.StopReason {
+				t.Errorf("schema %d %q: exact jump-forward\n%s\n%v\nstep by step\n%s\n%v", i, p, c.Decode(ex), ex, c.Decode(free), free)
+			}
+			if stE.ForcedTokens == 0 || nf != stE.ForcedTokens || fE != fF-stE.ForcedTokens ||
+				stE.DecodeSteps+stE.ForcedTokens != len(ex)+1 || stF.ForcedTokens != 0 {
+				t.Errorf("schema %d %q: forward passes %d → %d, %d forced marks, stats %+v / %+v", i, p, fF, fE, nf, stF, stE)
+			}
+			// Logprobs keep exact mode on: forced tokens get the 0 that
+			// step-by-step decoding gives them, sampled ones its values.
+			idsF, lpF, _, _ := runLogprobs(t, m, prompt(p), opts(false, 0, true))
+			idsE, lpE, fE2, stE2 := runLogprobs(t, m, prompt(p), opts(true, generate.JumpExact, true))
+			if !equal32(idsF, free) || !equal32(idsE, free) || stE2.ForcedTokens != stE.ForcedTokens {
+				t.Errorf("schema %d %q: with logprobs the tokens changed (%d forced)", i, p, stE2.ForcedTokens)
+			} else {
+				for k := range lpE {
+					if fE2[k] && (lpE[k] != 0 || lpF[k] != 0) || math.Abs(float64(lpE[k]-lpF[k])) > 1e-5 || math.IsNaN(float64(lpE[k])) {
+						t.Errorf("schema %d %q token %d (forced %v): logprob %g, step by step %g", i, p, k, fE2[k], lpE[k], lpF[k])
+					}
+				}
+			}
+			// The plain model's multi-token forward rounds differently.
+			pf, _, _ := runForced(t, plain, prompt(p), opts(false, 0, false))
+			pe, _, _ := runForced(t, plain, prompt(p), opts(true, generate.JumpExact, false))
+			if equal32(pf, pe) {
+				samePlain++
+			}
+			fwFree += fF
+			fwExact += fE
+			fwCanon += fC
+			runs++
+			if c.Decode(can) == c.Decode(free) {
+				sameCanon++
+			}
+			t.Logf("schema %d %q: %d tokens, %d forced; forward passes (prefill included) %d step by step, %d exact, %d canonical (same text: %v)",
+				i, p, len(ex), stE.ForcedTokens, fF, fE, fC, c.Decode(can) == c.Decode(free))
+		}
+	}
+	t.Logf("forward passes over %d runs: %d step by step, %d exact jump-forward, %d canonical (canonical text equal in %d of %d); on the plain bf16 model exact equals step by step in %d of %d",
+		runs, fwFree, fwExact, fwCanon, sameCanon, runs, samePlain, runs)
+}
+
+// TestJumpForwardExactRegex checks exact jump-forward where the grammar
+// forces long single-token runs: the demo vocabulary spells { and } only
+// with their byte tokens, so a regex of braces around a choice forces a
+// run before anything is sampled (fed with the last prompt token) and one
+// after the choice. The tokens equal free-running step-by-step decoding,
+// with one forward pass fewer per forced token; a cap inside the leading
+// run gives step by step's first tokens; a sampled run matches the regex.
+func TestJumpForwardExactRegex(t *testing.T) {
+	t.Cleanup(tensortest.NoLeaks(t))
+	plain, c, _, ti, eos := demoSetup(t)
+	m := stepwise{plain}
+	g, err := grammar.RegexGrammar(`\{\{\{\{\{\{(yes|no)\}\}\}\}\}\}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg := grammar.CompileGrammar(g, ti, grammar.CompileOptions{})
+	pr := c.Encode("<bos>Call me Ishmael.")
+	opts := func(jump bool, max int, temp float64) *generate.Options {
+		return &generate.Options{MaxTokens: max, EOS: eos, Grammar: grammar.NewMatcher(cg), JumpForward: jump,
+			Sampler: sampler.Params{Temperature: temp, Seed: new(uint64(3))}}
+	}
+	cm := &countingModel{Model: m}
+	free, _, _ := runForced(t, cm, pr, opts(false, 100, 0))
+	fF := cm.forwards
+	cm = &countingModel{Model: m}
+	ex, forced, stE := runForced(t, cm, pr, opts(true, 100, 0))
+	fE := cm.forwards
+	text := c.Decode(ex)
+	if !equal32(free, ex) || stE.StopReason != generate.StopEOS || !strings.HasPrefix(text, "{{{{{{") || !strings.HasSuffix(text, "}}}}}}") {
+		t.Fatalf("exact %q %v (%s), step by step %q %v", text, ex, stE.StopReason, c.Decode(free), free)
+	}
+	// The six leading braces, and the six closing ones (the last of which
+	// may be sampled when the choice's last token needs a step first).
+	if !equal32(free[:6], []int32{129, 129, 129, 129, 129, 129}) || !forced[0] || !forced[5] || !forced[len(forced)-1] ||
+		stE.ForcedTokens < 11 || fE != fF-stE.ForcedTokens {
+		t.Errorf("forced %v, %d forced tokens; forward passes %d step by step, %d exact", forced, stE.ForcedTokens, fF, fE)
+	}
+	t.Logf("%q: %d tokens, %d forced; forward passes (prefill included) %d step by step, %d exact", text, len(ex), stE.ForcedTokens, fF, fE)
+	// A cap inside the leading run.
+	capF, _, _ := runForced(t, m, pr, opts(false, 4, 0))
+	capE, _, st := runForced(t, m, pr, opts(true, 4, 0))
+	if !equal32(capF, capE) || len(capE) != 4 || st.StopReason != generate.StopLength {
+		t.Errorf("capped: %v, step by step %v (%+v)", capE, capF, st)
+	}
+	for _, temp := range []float64{0.8, 1.5} {
+		ids, _, st := runForced(t, m, pr, opts(true, 100, temp))
+		if s := c.Decode(ids); (s != "{{{{{{yes}}}}}}" && s != "{{{{{{no}}}}}}") || st.StopReason != generate.StopEOS {
+			t.Errorf("sampled at %g: %q (%s)", temp, s, st.StopReason)
+		}
+	}
 }

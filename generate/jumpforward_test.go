@@ -3,12 +3,14 @@ package generate_test
 import (
 	"encoding/json"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/grammar"
 	"github.com/mlxgo/mlxgo/kv"
+	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/model/demo"
 	"github.com/mlxgo/mlxgo/sampler"
 	"github.com/mlxgo/mlxgo/tensor"
@@ -495,5 +497,54 @@ func TestJumpForwardExactRegex(t *testing.T) {
 		if s := c.Decode(ids); (s != "{{{{{{yes}}}}}}" && s != "{{{{{{no}}}}}}") || st.StopReason != generate.StopEOS {
 			t.Errorf("sampled at %g: %q (%s)", temp, s, st.StopReason)
 		}
+	}
+}
+
+// TestJumpForwardExactF32 runs exact jump-forward on the demo model
+// converted to float32, where a multi-token forward pass matches single
+// steps to float32 rounding: the tokens and text must equal free-running
+// step-by-step constrained greedy decoding on every schema and prompt,
+// with one forward pass fewer per forced token — the criterion on
+// the real model, no step-wise wrapper.
+func TestJumpForwardExactF32(t *testing.T) {
+	t.Cleanup(tensortest.NoLeaks(t))
+	_, c, comp, _, eos := demoSetup(t)
+	src, err := demo.Path()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "f32")
+	if err := model.Convert(src, dst, model.ConvertOptions{DType: tensor.Float32}); err != nil {
+		t.Fatal(err)
+	}
+	m := loadModel(t, dst, nil)
+	prompt := func(s string) []int32 { return c.Encode("<bos>" + s) }
+	forcedTotal := 0
+	for i, schema := range jumpSchemas {
+		cg, err := comp.JSONSchema(schema, grammar.JSONOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{"Call me Ishmael. ", "The whale"} {
+			opts := func(jump bool) *generate.Options {
+				return &generate.Options{MaxTokens: 200, EOS: eos, Grammar: grammar.NewMatcher(cg), JumpForward: jump, JumpMode: generate.JumpExact}
+			}
+			cm := &countingModel{Model: m}
+			free, _, stF := runForced(t, cm, prompt(p), opts(false))
+			fF := cm.forwards
+			cm = &countingModel{Model: m}
+			ex, _, stE := runForced(t, cm, prompt(p), opts(true))
+			fE := cm.forwards
+			if !equal32(free, ex) || c.Decode(free) != c.Decode(ex) || stF.StopReason != stE.StopReason {
+				t.Errorf("schema %d %q: exact jump-forward on f32\n%s\nstep by step\n%s", i, p, c.Decode(ex), c.Decode(free))
+			}
+			if fE != fF-stE.ForcedTokens {
+				t.Errorf("schema %d %q: %d forward passes with %d forced tokens, %d step by step", i, p, fE, stE.ForcedTokens, fF)
+			}
+			forcedTotal += stE.ForcedTokens
+		}
+	}
+	if forcedTotal == 0 {
+		t.Error("no token was forced: the test does not exercise jump-forward")
 	}
 }

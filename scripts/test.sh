@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs every check CI runs: go vet and go test over each module of the
-# workspace, then a short fuzz pass on the parsers that read untrusted bytes.
+# workspace, the race detector over the concurrent packages, then a short
+# fuzz pass on the parsers that read untrusted bytes.
 # Usage: scripts/test.sh            (everything)
 #        FUZZTIME=0 scripts/test.sh (skip the fuzz pass)
+#        RACE=0 scripts/test.sh     (skip the race-detector pass)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +14,15 @@ for m in $mods; do
 	echo "== $m"
 	(cd "$m" && go vet ./... && go test -count=1 -timeout 30m ./...) || fail=1
 done
+
+# The race detector over the packages where goroutines meet: the server's
+# engine and queue, the generation loop, the caches and the CPU kernels.
+if [ "${RACE:-1}" != "0" ]; then
+	for pkg in ./serve ./generate ./kv ./cli ./tensor/cpu; do
+		echo "== race $pkg"
+		(cd "$pkg" && go test -race -count=1 -timeout 30m .) || fail=1
+	done
+fi
 
 fuzztime=${FUZZTIME:-20s}
 if [ "$fuzztime" != "0" ]; then

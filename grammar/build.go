@@ -396,50 +396,10 @@ func (g *Grammar) trim() error {
 	nr := len(g.ruleStart)
 	live := make([]bool, n)
 	prod := make([]bool, nr)
-	// Reverse adjacency in CSR form: byte predecessors, callers waiting on
-	// a return node, and call sites per called rule.
-	predStart := make([]int32, n+1)
-	retStart := make([]int32, n+1)
-	ruleCallStart := make([]int32, nr+1)
-	for i := 0; i < n; i++ {
-		for c := 0; c < g.nclass; c++ {
-			if t := g.trans[i*g.nclass+c]; t >= 0 {
-				predStart[t+1]++
-			}
-		}
-		for _, c := range g.calls[i] {
-			retStart[c.ret+1]++
-			ruleCallStart[c.rule+1]++
-		}
-	}
-	for i := 0; i < n; i++ {
-		predStart[i+1] += predStart[i]
-		retStart[i+1] += retStart[i]
-	}
-	for r := 0; r < nr; r++ {
-		ruleCallStart[r+1] += ruleCallStart[r]
-	}
-	pred := make([]int32, predStart[n])
-	retCaller := make([]int32, retStart[n])
-	type site struct{ node, ret int32 }
-	ruleCall := make([]site, ruleCallStart[nr])
-	pf := append([]int32(nil), predStart[:n]...)
-	rf := append([]int32(nil), retStart[:n]...)
-	cf := append([]int32(nil), ruleCallStart[:nr]...)
-	for i := 0; i < n; i++ {
-		for c := 0; c < g.nclass; c++ {
-			if t := g.trans[i*g.nclass+c]; t >= 0 {
-				pred[pf[t]] = int32(i)
-				pf[t]++
-			}
-		}
-		for _, c := range g.calls[i] {
-			retCaller[rf[c.ret]] = int32(i)
-			rf[c.ret]++
-			ruleCall[cf[c.rule]] = site{int32(i), c.ret}
-			cf[c.rule]++
-		}
-	}
+	rv := g.reverse()
+	pred, predStart := rv.pred, rv.predStart
+	retCaller, retStart := rv.retCaller, rv.retStart
+	ruleCall, ruleCallStart := rv.ruleCall, rv.ruleCallStart
 	startRule := make([]int32, n)
 	for i := range startRule {
 		startRule[i] = -1
@@ -465,12 +425,9 @@ func (g *Grammar) trim() error {
 		for _, p := range pred[predStart[x]:predStart[x+1]] {
 			mark(p)
 		}
-		for _, p := range retCaller[retStart[x]:retStart[x+1]] {
-			for _, c := range g.calls[p] {
-				if c.ret == x && prod[c.rule] {
-					mark(p)
-					break
-				}
+		for _, cs := range retCaller[retStart[x]:retStart[x+1]] {
+			if prod[cs.rule] {
+				mark(cs.node)
 			}
 		}
 		if r := startRule[x]; r >= 0 && !prod[r] {
@@ -602,49 +559,10 @@ func (g *Grammar) computeMinDone() {
 	for r := range g.ruleMin {
 		g.ruleMin[r] = inf
 	}
-	predStart := make([]int32, n+1)
-	retStart := make([]int32, n+1)
-	ruleCallStart := make([]int32, nr+1)
-	for i := 0; i < n; i++ {
-		for c := 0; c < g.nclass; c++ {
-			if t := g.trans[i*g.nclass+c]; t >= 0 {
-				predStart[t+1]++
-			}
-		}
-		for _, c := range g.calls[i] {
-			retStart[c.ret+1]++
-			ruleCallStart[c.rule+1]++
-		}
-	}
-	for i := 0; i < n; i++ {
-		predStart[i+1] += predStart[i]
-		retStart[i+1] += retStart[i]
-	}
-	for r := 0; r < nr; r++ {
-		ruleCallStart[r+1] += ruleCallStart[r]
-	}
-	type site struct{ node, rule int32 }   // a caller and the rule it calls
-	type retSite struct{ node, ret int32 } // a caller and its return node
-	pred := make([]int32, predStart[n])
-	retCaller := make([]site, retStart[n])
-	ruleCall := make([]retSite, ruleCallStart[nr])
-	pf := append([]int32(nil), predStart[:n]...)
-	rf := append([]int32(nil), retStart[:n]...)
-	cf := append([]int32(nil), ruleCallStart[:nr]...)
-	for i := 0; i < n; i++ {
-		for c := 0; c < g.nclass; c++ {
-			if t := g.trans[i*g.nclass+c]; t >= 0 {
-				pred[pf[t]] = int32(i)
-				pf[t]++
-			}
-		}
-		for _, c := range g.calls[i] {
-			retCaller[rf[c.ret]] = site{int32(i), c.rule}
-			rf[c.ret]++
-			ruleCall[cf[c.rule]] = retSite{int32(i), c.ret}
-			cf[c.rule]++
-		}
-	}
+	rv := g.reverse()
+	pred, predStart := rv.pred, rv.predStart
+	retCaller, retStart := rv.retCaller, rv.retStart
+	ruleCall, ruleCallStart := rv.ruleCall, rv.ruleCallStart
 	rulesAt := map[int32][]int32{}
 	for r, s := range g.ruleStart {
 		rulesAt[s] = append(rulesAt[s], int32(r))
@@ -690,6 +608,67 @@ func (g *Grammar) computeMinDone() {
 			}
 		}
 	}
+}
+
+// callEdge is one call site: the calling node, the rule it calls and the
+// node the call returns to.
+type callEdge struct{ node, rule, ret int32 }
+
+// reverseEdges is the automaton's edges reversed, in CSR form (the edges
+// of node or rule i are [start[i], start[i+1])), for the backward passes
+// trim and computeMinDone.
+type reverseEdges struct {
+	predStart, pred []int32    // byte-transition predecessors of each node
+	retStart        []int32    // calls returning to each node…
+	retCaller       []callEdge // …in one array
+	ruleCallStart   []int32    // call sites of each rule…
+	ruleCall        []callEdge // …in one array
+}
+
+// reverse builds the reversed adjacency in two linear passes (count, fill).
+func (g *Grammar) reverse() *reverseEdges {
+	n, nr := len(g.final), len(g.ruleStart)
+	rv := &reverseEdges{predStart: make([]int32, n+1), retStart: make([]int32, n+1), ruleCallStart: make([]int32, nr+1)}
+	for i := 0; i < n; i++ {
+		for c := 0; c < g.nclass; c++ {
+			if t := g.trans[i*g.nclass+c]; t >= 0 {
+				rv.predStart[t+1]++
+			}
+		}
+		for _, c := range g.calls[i] {
+			rv.retStart[c.ret+1]++
+			rv.ruleCallStart[c.rule+1]++
+		}
+	}
+	for i := 0; i < n; i++ {
+		rv.predStart[i+1] += rv.predStart[i]
+		rv.retStart[i+1] += rv.retStart[i]
+	}
+	for r := 0; r < nr; r++ {
+		rv.ruleCallStart[r+1] += rv.ruleCallStart[r]
+	}
+	rv.pred = make([]int32, rv.predStart[n])
+	rv.retCaller = make([]callEdge, rv.retStart[n])
+	rv.ruleCall = make([]callEdge, rv.ruleCallStart[nr])
+	pf := append([]int32(nil), rv.predStart[:n]...)
+	rf := append([]int32(nil), rv.retStart[:n]...)
+	cf := append([]int32(nil), rv.ruleCallStart[:nr]...)
+	for i := 0; i < n; i++ {
+		for c := 0; c < g.nclass; c++ {
+			if t := g.trans[i*g.nclass+c]; t >= 0 {
+				rv.pred[pf[t]] = int32(i)
+				pf[t]++
+			}
+		}
+		for _, c := range g.calls[i] {
+			e := callEdge{int32(i), c.rule, c.ret}
+			rv.retCaller[rf[c.ret]] = e
+			rf[c.ret]++
+			rv.ruleCall[cf[c.rule]] = e
+			cf[c.rule]++
+		}
+	}
+	return rv
 }
 
 type distItem struct{ node, d int32 }

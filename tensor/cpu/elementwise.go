@@ -828,7 +828,7 @@ func ewBinaryFloat(op tensor.BinaryOp, dt, odt tensor.DType, l ewLayout, offs []
 				oo := pos[0] + d
 				switch {
 				case odt == tensor.Bool:
-					ewCompareF32(op, ewView[uint8](od)[oo:oo+m], x, y)
+					ewCompare(op, ewView[uint8](od)[oo:oo+m], x, y)
 				case dt == tensor.Float32:
 					ewBinaryF32(op, ewView[float32](od)[oo:oo+m], x, y)
 				default:
@@ -952,45 +952,6 @@ func ewBinaryF32(op tensor.BinaryOp, o, x, y []float32) {
 	}
 }
 
-// ewCompareF32 computes the bool result of comparison and logical ops.
-func ewCompareF32(op tensor.BinaryOp, o []uint8, x, y []float32) {
-	x, y = x[:len(o)], y[:len(o)]
-	switch op {
-	case tensor.OpEqual:
-		for i := range o {
-			o[i] = ewB2U(x[i] == y[i])
-		}
-	case tensor.OpNotEqual:
-		for i := range o {
-			o[i] = ewB2U(x[i] != y[i])
-		}
-	case tensor.OpLess:
-		for i := range o {
-			o[i] = ewB2U(x[i] < y[i])
-		}
-	case tensor.OpLessEqual:
-		for i := range o {
-			o[i] = ewB2U(x[i] <= y[i])
-		}
-	case tensor.OpGreater:
-		for i := range o {
-			o[i] = ewB2U(x[i] > y[i])
-		}
-	case tensor.OpGreaterEqual:
-		for i := range o {
-			o[i] = ewB2U(x[i] >= y[i])
-		}
-	case tensor.OpLogicalAnd:
-		for i := range o {
-			o[i] = ewB2U(x[i] != 0 && y[i] != 0)
-		}
-	case tensor.OpLogicalOr:
-		for i := range o {
-			o[i] = ewB2U(x[i] != 0 || y[i] != 0)
-		}
-	}
-}
-
 func ewBinaryIntArr[T ewInteger](op tensor.BinaryOp, isBool bool, l ewLayout, offs []int, ad, bd, od []byte) {
 	sa, sb := l.inner(1), l.inner(2)
 	cmp := op.IsComparison()
@@ -1016,7 +977,7 @@ func ewBinaryIntArr[T ewInteger](op tensor.BinaryOp, isBool bool, l ewLayout, of
 				}
 				oo := pos[0] + d
 				if cmp {
-					ewCompareInt(op, ewView[uint8](od)[oo:oo+m], x, y)
+					ewCompare(op, ewView[uint8](od)[oo:oo+m], x, y)
 					continue
 				}
 				o := ewView[T](od)[oo : oo+m]
@@ -1143,7 +1104,9 @@ func ewIntPow[T ewInteger](x, y T) T {
 	return r
 }
 
-func ewCompareInt[T ewInteger](op tensor.BinaryOp, o []uint8, x, y []T) {
+// ewCompare computes the bool result of comparison and logical ops, for
+// float32 (16-bit floats arrive widened) and every integer dtype.
+func ewCompare[T ewInteger | ~float32](op tensor.BinaryOp, o []uint8, x, y []T) {
 	x, y = x[:len(o)], y[:len(o)]
 	switch op {
 	case tensor.OpEqual:

@@ -847,73 +847,50 @@ func TestBadParams(t *testing.T) {
 	}
 }
 
-func BenchmarkStepVocab262k(b *testing.B) {
+// benchStep times one sampling step at vocabulary 262,144 on fixed random
+// logits with p (and history, when given).
+func benchStep(b *testing.B, p Params, history []int32) {
 	const v = 262144
-	r := rand.New(rand.NewPCG(5, 6))
-	logits := randomLogits(r, v)
-	x := logitsArray(logits)
+	x := logitsArray(randomLogits(rand.New(rand.NewPCG(5, 6)), v))
 	defer x.Free()
-	hist := make([]int32, 64)
-	for i := range hist {
-		hist[i] = int32(r.IntN(v))
-	}
-	s, err := New(Params{
-		Temperature: 0.8, TopP: 0.9, MinP: 0.05, MinTokensToKeep: 2, TopK: 40,
-		XTCProbability: 0.5, XTCThreshold: 0.1, RepetitionPenalty: 1.1,
-		PresencePenalty: 0.2, FrequencyPenalty: 0.2, LogitBias: map[int]float64{5: 1},
-		Seed: seed(1), Logprobs: true, TopLogprobs: 5,
-	}, v)
+	p.Seed = seed(1)
+	s, err := New(p, v)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Free()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := s.Sample(x, hist, nil); err != nil {
+		if _, err := s.Sample(x, history, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkStepVocab262k turns on every filter and processor.
+func BenchmarkStepVocab262k(b *testing.B) {
+	r := rand.New(rand.NewPCG(7, 8))
+	hist := make([]int32, 64)
+	for i := range hist {
+		hist[i] = int32(r.IntN(262144))
+	}
+	benchStep(b, Params{
+		Temperature: 0.8, TopP: 0.9, MinP: 0.05, MinTokensToKeep: 2, TopK: 40,
+		XTCProbability: 0.5, XTCThreshold: 0.1, RepetitionPenalty: 1.1,
+		PresencePenalty: 0.2, FrequencyPenalty: 0.2, LogitBias: map[int]float64{5: 1},
+		Logprobs: true, TopLogprobs: 5,
+	}, hist)
 }
 
 // BenchmarkStepVocab262kTopPTopK is Gemma's generation_config: temperature,
 // top_p 0.95 and top_k 64, nothing else.
 func BenchmarkStepVocab262kTopPTopK(b *testing.B) {
-	const v = 262144
-	logits := randomLogits(rand.New(rand.NewPCG(5, 6)), v)
-	x := logitsArray(logits)
-	defer x.Free()
-	s, err := New(Params{Temperature: 1, TopP: 0.95, TopK: 64, Seed: seed(1)}, v)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Free()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, err := s.Sample(x, nil, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchStep(b, Params{Temperature: 1, TopP: 0.95, TopK: 64}, nil)
 }
 
-// BenchmarkStepVocab262kXTCTopK is the every-filter benchmark without
-// top-p: XTC, min-p (with keep) and top-k on the candidate fast path.
+// BenchmarkStepVocab262kXTCTopK exercises XTC, min-p (with keep) and top-k
+// on the candidate fast path.
 func BenchmarkStepVocab262kXTCTopK(b *testing.B) {
-	const v = 262144
-	logits := randomLogits(rand.New(rand.NewPCG(5, 6)), v)
-	x := logitsArray(logits)
-	defer x.Free()
-	s, err := New(Params{
-		Temperature: 0.8, MinP: 0.05, MinTokensToKeep: 2, TopK: 40,
-		XTCProbability: 0.5, XTCThreshold: 0.1, Seed: seed(1),
-	}, v)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Free()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, err := s.Sample(x, nil, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchStep(b, Params{Temperature: 0.8, MinP: 0.05, MinTokensToKeep: 2, TopK: 40,
+		XTCProbability: 0.5, XTCThreshold: 0.1}, nil)
 }

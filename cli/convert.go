@@ -1,13 +1,17 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/tensor"
+	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
 func init() {
@@ -31,8 +35,14 @@ func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	dtype := fl.String("dtype", "", "float type of unquantized weights (float16, bfloat16, float32; default: as stored)")
 	var overrides []string
 	fl.StringArrayVar(&overrides, "q-override", nil, "per-module quantization, MODULE=BITS[:GROUP] or MODULE=false (repeatable)")
+	method := fl.String("q-method", model.MethodRTN, "rounding: rtn (min–max per group, as mlx-lm) or gptq (error-compensating, calibrated)")
+	var cal calibFlags
+	fl.StringVar(&cal.file, "calib-file", "", "gptq: calibration text (plain text, or JSON lines with a \"text\" field); default: text sampled from the model itself")
+	fl.IntVar(&cal.samples, "calib-samples", 32, "gptq: number of calibration sequences")
+	fl.IntVar(&cal.seqLen, "calib-seq-len", 256, "gptq: tokens per calibration sequence")
+	fl.Uint64Var(&cal.seed, "calib-seed", 0, "gptq: seed for sampling calibration text from the model")
 	fl.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: mlxgo convert --hf-path SRC --mlx-path DST [-q] [--q-bits 4] [--q-group-size 64] [--q-override lm_head=8]")
+		fmt.Fprintln(stderr, "Usage: mlxgo convert --hf-path SRC --mlx-path DST [-q] [--q-bits 4] [--q-group-size 64] [--q-override lm_head=8] [--q-method gptq [--calib-file F]]")
 		fl.PrintDefaults()
 	}
 	if err := parseFlags(fl, args); err != nil {
@@ -71,9 +81,148 @@ func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		}
 		opts.Overrides = append(opts.Overrides, model.Override{Match: mod, Spec: spec})
 	}
+	switch *method {
+	case model.MethodRTN:
+	case model.MethodGPTQ:
+		if !*quant {
+			return fmt.Errorf("%w: --q-method gptq needs -q", errUsage)
+		}
+		if cal.samples < 1 || cal.seqLen < 2 {
+			return fmt.Errorf("%w: --calib-samples must be ≥ 1 and --calib-seq-len ≥ 2", errUsage)
+		}
+		seqs, err := calibration(*src, cal, stderr)
+		if err != nil {
+			return err
+		}
+		opts.Method, opts.Calibration = model.MethodGPTQ, seqs
+	default:
+		return fmt.Errorf("%w: --q-method %q (want rtn or gptq)", errUsage, *method)
+	}
 	if err := model.Convert(*src, *dst, opts); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintf(stdout, "wrote %s\n", *dst)
 	return err
+}
+
+// calibFlags are convert's GPTQ calibration settings.
+type calibFlags struct {
+	file            string
+	samples, seqLen int
+	seed            uint64
+}
+
+// calibration returns GPTQ's calibration sequences for the checkpoint in
+// src: windows of the tokenized --calib-file, or, without one, text the
+// float model samples itself from its start token. Each sequence starts
+// with the tokenizer's special prefix (BOS) where it has one, as prompts do.
+func calibration(src string, c calibFlags, stderr io.Writer) ([][]int32, error) {
+	tok, err := tokenizer.Load(src)
+	if err != nil {
+		return nil, fmt.Errorf("gptq calibration needs the model's tokenizer: %w", err)
+	}
+	prefix := toInt32s(tok.Encode("", true))
+	if c.file == "" {
+		start := prefix
+		if len(start) == 0 {
+			id, ok := startToken(src)
+			if !ok {
+				return nil, fmt.Errorf("gptq: %s has no BOS or EOS token to start sampling from; pass --calib-file", src)
+			}
+			start = []int32{id}
+		}
+		m, err := model.Load(src, &model.LoadOptions{DType: tensor.Float32})
+		if err != nil {
+			return nil, err
+		}
+		defer m.Close()
+		fmt.Fprintf(stderr, "sampling %d calibration sequences of %d tokens from the model\n", c.samples, c.seqLen)
+		return model.SampleSequences(m, start, c.samples, c.seqLen, c.seed)
+	}
+	text, err := readCalibText(c.file)
+	if err != nil {
+		return nil, err
+	}
+	ids := toInt32s(tok.Encode(text, false))
+	body := c.seqLen - len(prefix)
+	if body < 1 {
+		return nil, fmt.Errorf("%w: --calib-seq-len %d leaves no room after the %d-token prefix", errUsage, c.seqLen, len(prefix))
+	}
+	if len(ids) < body {
+		return nil, fmt.Errorf("gptq: %s has %d tokens, fewer than one %d-token calibration sequence", c.file, len(ids), c.seqLen)
+	}
+	// evenly spaced windows over the whole text (overlapping when it is short)
+	n := c.samples
+	seqs := make([][]int32, n)
+	for i := range n {
+		off := 0
+		if n > 1 {
+			off = i * (len(ids) - body) / (n - 1)
+		}
+		seqs[i] = append(append([]int32(nil), prefix...), ids[off:off+body]...)
+	}
+	return seqs, nil
+}
+
+// readCalibText reads a plain-text file, or a JSON-lines file (.jsonl)
+// whose objects carry a "text" field, joined by blank lines.
+func readCalibText(path string) (string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	if !strings.HasSuffix(path, ".jsonl") {
+		return string(raw), nil
+	}
+	var parts []string
+	for i, line := range strings.Split(string(raw), "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		var doc struct {
+			Text *string `json:"text"`
+		}
+		if err := json.Unmarshal([]byte(line), &doc); err != nil || doc.Text == nil {
+			return "", fmt.Errorf("%s:%d: want a JSON object with a \"text\" string", path, i+1)
+		}
+		parts = append(parts, *doc.Text)
+	}
+	return strings.Join(parts, "\n\n"), nil
+}
+
+// startToken is config.json's bos_token_id, else its (first) eos_token_id.
+func startToken(dir string) (int32, bool) {
+	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return 0, false
+	}
+	var c struct {
+		BOS json.RawMessage `json:"bos_token_id"`
+		EOS json.RawMessage `json:"eos_token_id"`
+	}
+	if json.Unmarshal(raw, &c) != nil {
+		return 0, false
+	}
+	for _, f := range []json.RawMessage{c.BOS, c.EOS} {
+		if len(f) == 0 || string(f) == "null" {
+			continue
+		}
+		var one int32
+		if json.Unmarshal(f, &one) == nil {
+			return one, true
+		}
+		var many []int32
+		if json.Unmarshal(f, &many) == nil && len(many) > 0 {
+			return many[0], true
+		}
+	}
+	return 0, false
+}
+
+func toInt32s(v []int) []int32 {
+	out := make([]int32, len(v))
+	for i, x := range v {
+		out[i] = int32(x)
+	}
+	return out
 }

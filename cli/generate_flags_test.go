@@ -138,7 +138,7 @@ func TestGenerateChatTemplate(t *testing.T) {
 // With no --model, generate runs the embedded demo model on a positional
 // prompt and prints English-looking text: the README's main command.
 func TestGenerateDefaultsToDemoModel(t *testing.T) {
-	code, out, errOut := run(t, "generate", "Call me Ishmael.", "--raw", "--max-tokens", "24", "--backend", "cpu")
+	code, out, errOut := run(t, "generate", "Call me Ishmael. Some years ago", "--raw", "--max-tokens", "24", "--backend", "cpu")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}

@@ -32,7 +32,26 @@ type ConvertOptions struct {
 	Overrides []Override
 	// Backend computes the quantization (nil: the default backend).
 	Backend tensor.Backend
+	// Method picks how weights are rounded: "" or "rtn" rounds each group
+	// to its min–max grid, byte for byte what mlx-lm's convert writes;
+	// "gptq" runs the float model over Calibration first and chooses the
+	// codes of every dense layer (and a tied head) to minimise the error
+	// of its outputs on those inputs (GPTQ), in the same format. Layers
+	// the calibration does not reach (expert banks, per-layer embedding
+	// tables) are rounded as with "rtn".
+	Method string
+	// Calibration is the token sequences "gptq" runs the model over
+	// (SampleSequences draws them from the model when no text is at hand).
+	Calibration [][]int32
+	// GPTQ tunes the "gptq" method.
+	GPTQ GPTQOptions
 }
+
+// Quantization methods for ConvertOptions.Method.
+const (
+	MethodRTN  = "rtn"
+	MethodGPTQ = "gptq"
+)
 
 // Override is one per-module quantization rule for Convert.
 type Override struct {
@@ -75,6 +94,52 @@ func Convert(src, dst string, opts ConvertOptions) (err error) {
 	}
 	if cfg.Quant != nil {
 		return fmt.Errorf("model: convert: %s is already quantized", src)
+	}
+	// decide says whether and how the module mod is quantized (explicit:
+	// an override named it).
+	decide := func(mod string, shape []int, dt tensor.DType) (spec QuantSpec, quant, explicit bool) {
+		spec, quant = def, opts.Quantize
+		for _, o := range opts.Overrides {
+			if mod == o.Match || strings.HasSuffix(mod, "."+o.Match) {
+				explicit = true
+				if o.Spec == nil {
+					quant = false
+				} else {
+					spec, quant = *o.Spec, true
+				}
+				break
+			}
+		}
+		k := shape[len(shape)-1]
+		quant = quant && quantizableModule(mod, shape, dt) && k%spec.GroupSize == 0 && (k*spec.Bits)%32 == 0
+		return spec, quant, explicit
+	}
+	gptqOut := map[string][3]*tensor.Array{}
+	defer func() {
+		for _, r := range gptqOut {
+			tensor.Free(r[:]...)
+		}
+	}()
+	switch opts.Method {
+	case "", MethodRTN:
+	case MethodGPTQ:
+		if !opts.Quantize {
+			return fmt.Errorf("model: convert: method %q needs quantization on", opts.Method)
+		}
+		outType := func(stored tensor.DType) tensor.DType {
+			if opts.DType.Valid() {
+				return opts.DType
+			}
+			return stored
+		}
+		if err := runGPTQ(src, opts, func(mod string, shape []int, stored tensor.DType) (QuantSpec, tensor.DType, bool) {
+			spec, quant, _ := decide(mod, shape, stored)
+			return spec, outType(stored), quant
+		}, gptqOut); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("model: convert: unknown quantization method %q (want %q or %q)", opts.Method, MethodRTN, MethodGPTQ)
 	}
 	set, err := safetensors.OpenDir(src)
 	if err != nil {
@@ -126,23 +191,15 @@ func Convert(src, dst string, opts ConvertOptions) (err error) {
 	}
 	modules := map[string]*QuantSpec{} // per-module entries for config.json
 	put := func(mod string, w *tensor.Array) {
-		spec, quant := def, opts.Quantize
-		explicit := false
-		for _, o := range opts.Overrides {
-			if mod == o.Match || strings.HasSuffix(mod, "."+o.Match) {
-				explicit = true
-				if o.Spec == nil {
-					quant = false
-				} else {
-					spec, quant = *o.Spec, true
-				}
-				break
+		spec, quant, explicit := decide(mod, w.Shape(), w.DType())
+		if quant {
+			var wq, s, b *tensor.Array
+			if r, ok := gptqOut[mod]; ok {
+				wq, s, b = r[0], r[1], r[2]
+				delete(gptqOut, mod)
+			} else {
+				wq, s, b = tensor.Quantize(w, spec.GroupSize, spec.Bits)
 			}
-		}
-		k := w.Dim(-1)
-		quantizable := w.NDim() >= 2 && w.DType().IsFloat() && !strings.Contains(strings.ToLower(mod), "norm")
-		if quant && quantizable && k%spec.GroupSize == 0 && (k*spec.Bits)%32 == 0 {
-			wq, s, b := tensor.Quantize(w, spec.GroupSize, spec.Bits)
 			tensor.Detach(wq, s, b)
 			w.Free()
 			out[mod+".weight"], out[mod+".scales"], out[mod+".biases"] = wq, s, b
@@ -152,7 +209,7 @@ func Convert(src, dst string, opts ConvertOptions) (err error) {
 			}
 			return
 		}
-		if explicit && quantizable && opts.Quantize {
+		if explicit && opts.Quantize && quantizableModule(mod, w.Shape(), w.DType()) {
 			modules[mod] = nil
 		}
 		out[mod+".weight"] = w
@@ -207,6 +264,17 @@ func Convert(src, dst string, opts ConvertOptions) (err error) {
 		return err
 	}
 	return copyExtras(src, dst)
+}
+
+// quantizableModule reports whether Convert may quantize the weight of
+// module mod: a float matrix (or expert bank) that is not a norm.
+func quantizableModule(mod string, shape []int, dt tensor.DType) bool {
+	return len(shape) >= 2 && dt.IsFloat() && !strings.Contains(strings.ToLower(mod), "norm")
+}
+
+// isEmbedding reports whether the module path names an embedding table.
+func isEmbedding(mod string) bool {
+	return strings.HasSuffix(mod, "embed_tokens") || strings.Contains(mod, ".embed_tokens_")
 }
 
 // bankName is where mlx-lm keeps a stacked expert bank: under

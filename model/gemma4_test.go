@@ -275,8 +275,16 @@ func gemma4BF16(t *testing.T, be tensor.Backend) {
 // reproduce.
 func convertCheckpoint(t *testing.T, dir string, bits int) (quant, dequant string) {
 	t.Helper()
+	return convertWith(t, dir, ConvertOptions{Quantize: true, Bits: bits, GroupSize: 64})
+}
+
+// convertWith is convertCheckpoint with any options (group size 64, one
+// bit width for every module).
+func convertWith(t *testing.T, dir string, opts ConvertOptions) (quant, dequant string) {
+	t.Helper()
+	bits := opts.Bits
 	quant, dequant = t.TempDir(), t.TempDir()
-	if err := Convert(dir, quant, ConvertOptions{Quantize: true, Bits: bits, GroupSize: 64}); err != nil {
+	if err := Convert(dir, quant, opts); err != nil {
 		t.Fatal(err)
 	}
 	set, err := safetensors.OpenDir(quant)

@@ -15,6 +15,8 @@ type Linear struct {
 	// Scales and Biases are the quantization parameters (nil when plain).
 	Scales, Biases  *tensor.Array
 	GroupSize, Bits int
+	// tap, when set, sees every input (calibration for GPTQ).
+	tap func(x *tensor.Array)
 }
 
 // Quantized reports whether the layer is affine-quantized.
@@ -22,6 +24,9 @@ func (l *Linear) Quantized() bool { return l.Scales != nil }
 
 // Forward applies the layer to x [..., in].
 func (l *Linear) Forward(x *tensor.Array) *tensor.Array {
+	if l.tap != nil {
+		l.tap(x)
+	}
 	var y *tensor.Array
 	if l.Scales != nil {
 		y = tensor.QuantizedMatmul(x, l.Weight, l.Scales, l.Biases, true, l.GroupSize, l.Bits)
@@ -55,6 +60,7 @@ func (w *Weights) Linear(name string, in, out int, bias bool) *Linear {
 	if bias {
 		l.Bias = w.Tensor(name+".bias", out)
 	}
+	w.linears[mod] = l
 	return l
 }
 
@@ -77,6 +83,8 @@ type Embedding struct {
 	// DType is the type of the rows returned (the table's, or its scales'
 	// when quantized).
 	DType tensor.DType
+	// tap, when set, sees every input of AsLinear (calibration of a tied head).
+	tap func(x *tensor.Array)
 }
 
 // Forward returns the rows for ids (any int shape) as [ids..., dim].
@@ -95,7 +103,7 @@ func (e *Embedding) Forward(ids *tensor.Array) *tensor.Array {
 // AsLinear uses the table as an output projection (tied heads): x [..., dim]
 // → [..., vocab].
 func (e *Embedding) AsLinear(x *tensor.Array) *tensor.Array {
-	l := Linear{Weight: e.Weight, Scales: e.Scales, Biases: e.Biases, GroupSize: e.GroupSize, Bits: e.Bits}
+	l := Linear{Weight: e.Weight, Scales: e.Scales, Biases: e.Biases, GroupSize: e.GroupSize, Bits: e.Bits, tap: e.tap}
 	return l.Forward(x)
 }
 
@@ -113,6 +121,7 @@ func (w *Weights) Embedding(name string, vocab, dim int) *Embedding {
 			w.failf(mod+".weight", "dtype %s, want a float type", e.DType)
 		}
 	}
+	w.embeds[mod] = e
 	return e
 }
 

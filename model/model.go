@@ -148,6 +148,11 @@ type LoadOptions struct {
 	// Copy copies weights into backend memory (huge pages on the CPU
 	// backend) instead of borrowing the read-only file mapping.
 	Copy bool
+	// DType, when valid, converts every floating-point tensor to this
+	// type at load (a bf16 checkpoint computed in float32, as
+	// calibration and parity checks want). Quantized weights stay packed;
+	// their scales and biases are converted.
+	DType tensor.DType
 }
 
 // Load opens the model folder dir: config.json, then the safetensors
@@ -201,6 +206,7 @@ func Build(arch *Arch, cfg *Config, set *safetensors.Set, opts *LoadOptions) (m 
 	if e := tensor.Try(func() { w = NewWeights(set, cfg.Quant, opts.Backend, opts.Copy) }); e != nil {
 		return nil, e
 	}
+	w.cast = opts.DType
 	a, err := arch.New(cfg, w)
 	if err != nil {
 		return nil, err

@@ -36,6 +36,12 @@ type Weights struct {
 	prefix string
 	owned  []*tensor.Array
 	used   map[string]bool
+	// linears and embeds are the layers handed out, by module path (what
+	// calibration taps).
+	linears map[string]*Linear
+	embeds  map[string]*Embedding
+	// cast, when valid, is the float type every float tensor is converted to.
+	cast tensor.DType
 }
 
 // NewWeights wraps an open checkpoint. be nil means the default backend;
@@ -44,7 +50,8 @@ func NewWeights(set *safetensors.Set, quant *QuantConfig, be tensor.Backend, cop
 	if be == nil {
 		be = tensor.Default()
 	}
-	w := &Weights{set: set, be: be, copy: copy, quant: quant, used: map[string]bool{}}
+	w := &Weights{set: set, be: be, copy: copy, quant: quant, used: map[string]bool{},
+		linears: map[string]*Linear{}, embeds: map[string]*Embedding{}}
 	for _, p := range Prefixes {
 		if set.Has(p+"embed_tokens.weight") || set.Has(p+"embed_tokens.scales") {
 			w.prefix = p
@@ -138,6 +145,12 @@ func (w *Weights) load(full string, shape []int, dt tensor.DType) *tensor.Array 
 		w.failf(full, "%v", err)
 	}
 	w.used[full] = true
+	if w.cast.Valid() && a.DType().IsFloat() && a.DType() != w.cast {
+		c := tensor.AsType(a, w.cast)
+		tensor.Detach(c)
+		a.Free()
+		a = c
+	}
 	return w.Own(a)
 }
 

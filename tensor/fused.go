@@ -331,3 +331,22 @@ func Categorical(key *Array, logits *Array, axis int) *Array {
 	out := Argmax(Add(g, logits), ax, false)
 	return s.Keep(out)
 }
+
+// PackCodes writes quantization codes (each < 2^bits) into dst as MLX
+// packs them: a little-endian bit stream of bits-wide fields, so a row of
+// k codes takes PackedDim(k, bits) words. Tools that choose codes
+// themselves (GPTQ) use it to write MLX's format.
+func PackCodes(dst []uint32, codes []uint8, bits int) {
+	var acc uint64
+	n, o := 0, 0
+	for _, c := range codes {
+		acc |= uint64(c) << n
+		n += bits
+		if n >= 32 {
+			dst[o] = uint32(acc)
+			o++
+			acc >>= 32
+			n -= 32
+		}
+	}
+}

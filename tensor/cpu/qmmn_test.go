@@ -35,7 +35,7 @@ func dyadicQ(r *rand.Rand, k, n, gs, bits int, sdt tensor.DType) qmmNData {
 		d.bv[i] = float32(r.IntN(9)-4) / 4
 	}
 	words := make([]uint32, k*n*bits/32)
-	packCodes(words, d.codes, bits)
+	tensor.PackCodes(words, d.codes, bits)
 	d.wq = tensor.FromUint32(words, []int{k, n * bits / 32})
 	d.sc = tensor.FromFloat32(d.sv, []int{k, ng}, sdt)
 	d.bi = tensor.FromFloat32(d.bv, []int{k, ng}, sdt)

@@ -112,22 +112,6 @@ func quantizeGroup(w []float32, codes []uint8, bits int) (scale, bias float32) {
 
 func abs32(x float32) float32 { return math.Float32frombits(math.Float32bits(x) &^ (1 << 31)) }
 
-// packCodes writes codes as a little-endian bit stream of bits-wide fields.
-func packCodes(dst []uint32, codes []uint8, bits int) {
-	var acc uint64
-	n, o := 0, 0
-	for _, c := range codes {
-		acc |= uint64(c) << n
-		n += bits
-		if n >= 32 {
-			dst[o] = uint32(acc)
-			o++
-			acc >>= 32
-			n -= 32
-		}
-	}
-}
-
 // unpackCodes reads len(codes) bits-wide fields from a little-endian bit stream.
 func unpackCodes(codes []uint8, src []uint32, bits int) {
 	switch bits {
@@ -194,7 +178,7 @@ func (be *Backend) Quantize(w *tensor.Array, groupSize, bits int) (wq, scales, b
 			toF32(row, in[r*k*es:(r+1)*k*es], dt)
 			for g := range ng {
 				sv[g], bv[g] = quantizeGroup(row[g*groupSize:(g+1)*groupSize], codes, bits)
-				packCodes(qw[(r*ng+g)*wpg:(r*ng+g+1)*wpg], codes, bits)
+				tensor.PackCodes(qw[(r*ng+g)*wpg:(r*ng+g+1)*wpg], codes, bits)
 			}
 			fromF32(sb[r*ng*es:(r+1)*ng*es], sv, dt)
 			fromF32(bb[r*ng*es:(r+1)*ng*es], bv, dt)

@@ -18,7 +18,7 @@ func TestPackCodesRoundTrip(t *testing.T) {
 			codes[i] = uint8(r.IntN(1 << bits))
 		}
 		words := make([]uint32, 128*bits/32)
-		packCodes(words, codes, bits)
+		tensor.PackCodes(words, codes, bits)
 		// code j lives at bits [j·bits, (j+1)·bits) of the little-endian stream
 		for j, c := range codes {
 			var v uint32

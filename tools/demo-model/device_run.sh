@@ -12,7 +12,7 @@ work=$(mktemp -d)
 {
   nvidia-smi -L
   python3 -c "import torch, transformers, tokenizers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'tokenizers', tokenizers.__version__)"
-  timeout 500 python3 tools/demo-model/train.py .cache/demo-model/corpus.jsonl "$work/demo" "${1:-230}"
+  timeout 500 python3 tools/demo-model/train.py .cache/demo-model/corpus.jsonl "$work/demo" "${1:-60}"
   echo "train.py exit $?"
 } > "$OUT/train.log" 2>&1
 cp .cache/demo-model/corpus.jsonl.sources.json "$work/demo/" 2>/dev/null

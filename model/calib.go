@@ -1,0 +1,224 @@
+package model
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// Gram is the Gram matrix XᵀX of the inputs one dense layer saw during
+// calibration: what GPTQ uses to weigh each weight's rounding error by how
+// the layer is actually driven.
+type Gram struct {
+	In   int       // input width
+	Sum  []float64 // In×In, row-major: Σ xᵀx over every input row
+	Rows int       // number of input rows summed
+}
+
+// add accumulates the rows of x [..., In].
+func (g *Gram) add(x *tensor.Array) {
+	sc := tensor.NewScope()
+	defer sc.Close()
+	xf := tensor.AsType(tensor.Reshape(x, -1, g.In), tensor.Float32)
+	p := tensor.Matmul(tensor.Transpose(xf), xf).Float32s()
+	for i, v := range p {
+		g.Sum[i] += float64(v)
+	}
+	g.Rows += xf.Dim(0)
+}
+
+// CollectGrams runs the float model m (from Load) over each calibration
+// sequence in one forward pass with its logits, and returns the Gram matrix
+// of the inputs of every dense layer, keyed by module path as the
+// checkpoint names it ("model.layers.0.self_attn.q_proj"). A tied
+// embedding appears under its own path with the inputs of the head. Layers
+// fed the same array (q, k and v; gate and up) share one Gram. Expert banks
+// are not tapped (GPTQ leaves them to plain rounding).
+func CollectGrams(m Model, seqs [][]int32) (map[string]*Gram, error) {
+	l, ok := m.(*Loaded)
+	if !ok {
+		return nil, errors.New("model: calibration needs a model returned by Load")
+	}
+	return collectGrams(l, seqs, nil)
+}
+
+// stopPass ends a calibration forward pass early, once every wanted
+// module has seen its input.
+type stopPass struct{}
+
+// collectGrams is CollectGrams over the modules in want (nil: all). With
+// a want set, each pass stops as soon as all of them have been fed.
+func collectGrams(l *Loaded, seqs [][]int32, want map[string]bool) (grams map[string]*Gram, err error) {
+	if len(seqs) == 0 {
+		return nil, errors.New("model: calibration needs at least one sequence")
+	}
+	grams = map[string]*Gram{}
+	seen := map[*tensor.Array]*Gram{} // inputs already counted in this pass
+	fed := map[string]bool{}          // wanted modules fed in this pass
+	tap := func(mod string, in int) func(*tensor.Array) {
+		return func(x *tensor.Array) {
+			if g, ok := seen[x]; ok {
+				grams[mod] = g
+			} else {
+				g := grams[mod]
+				if g == nil {
+					g = &Gram{In: in, Sum: make([]float64, in*in)}
+					grams[mod] = g
+				}
+				g.add(x)
+				seen[x] = g
+			}
+			if want != nil {
+				fed[mod] = true
+				if len(fed) == len(want) {
+					panic(stopPass{})
+				}
+			}
+		}
+	}
+	for mod, lin := range l.w.linears {
+		if want != nil && !want[mod] {
+			continue
+		}
+		if lin.Quantized() {
+			return nil, fmt.Errorf("model: calibration needs a float model (%s is quantized)", mod)
+		}
+		lin.tap = tap(mod, lin.Weight.Dim(1))
+	}
+	for mod, e := range l.w.embeds {
+		if want == nil || want[mod] {
+			e.tap = tap(mod, e.Weight.Dim(1))
+		}
+	}
+	defer func() {
+		for _, lin := range l.w.linears {
+			lin.tap = nil
+		}
+		for _, e := range l.w.embeds {
+			e.tap = nil
+		}
+	}()
+	be := l.w.Backend()
+	for i, s := range seqs {
+		if len(s) == 0 {
+			return nil, fmt.Errorf("model: calibration sequence %d is empty", i)
+		}
+		clear(seen)
+		clear(fed)
+		err := tensor.Try(func() {
+			defer func() {
+				if r := recover(); r != nil {
+					if _, ok := r.(stopPass); !ok {
+						panic(r)
+					}
+				}
+			}()
+			sc := tensor.NewScope()
+			defer sc.Close()
+			ids := tensor.FromBytesOn(be, int32Bytes(s), []int{1, len(s)}, tensor.Int32, false)
+			h := l.arch.Forward(ids, nil, nil)
+			l.arch.Logits(h)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("model: calibration sequence %d: %w", i, err)
+		}
+	}
+	return grams, nil
+}
+
+// SampleSequences draws n sequences of length tokens from m itself at
+// temperature 1, each starting with start: calibration data that needs no
+// dataset and follows the distribution the model was trained on. The draw
+// is reproducible for a seed.
+func SampleSequences(m Model, start []int32, n, length int, seed uint64) ([][]int32, error) {
+	if len(start) == 0 || length <= len(start) {
+		return nil, fmt.Errorf("model: sampling needs a start and a length beyond it (got %d of %d)", len(start), length)
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x6d6c78676f))
+	be := tensor.Default()
+	if l, ok := m.(*Loaded); ok {
+		be = l.w.Backend()
+	}
+	out := make([][]int32, 0, n)
+	for range n {
+		seq, err := sampleOne(m, be, start, length, rng)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, seq)
+	}
+	return out, nil
+}
+
+func sampleOne(m Model, be tensor.Backend, start []int32, length int, rng *rand.Rand) ([]int32, error) {
+	caches := m.MakeCaches()
+	defer FreeCaches(caches)
+	seq := append([]int32(nil), start...)
+	next := start
+	for len(seq) < length {
+		var logits []float32
+		err := func() error {
+			sc := tensor.NewScope()
+			defer sc.Close()
+			var ids *tensor.Array
+			if err := tensor.Try(func() { ids = tensor.FromBytesOn(be, int32Bytes(next), []int{1, len(next)}, tensor.Int32, false) }); err != nil {
+				return err
+			}
+			h, err := m.Forward(ids, caches, nil)
+			if err != nil {
+				return err
+			}
+			var last *tensor.Array
+			if err := tensor.Try(func() { last = tensor.SliceAxis(h, 1, len(next)-1, len(next)) }); err != nil {
+				return err
+			}
+			lg, err := m.Logits(last)
+			if err != nil {
+				return err
+			}
+			return tensor.Try(func() { logits = lg.Float32s() })
+		}()
+		if err != nil {
+			return nil, err
+		}
+		id := sampleSoftmax(logits, rng)
+		seq = append(seq, id)
+		next = []int32{id}
+	}
+	return seq, nil
+}
+
+// sampleSoftmax draws an index from softmax(logits).
+func sampleSoftmax(logits []float32, rng *rand.Rand) int32 {
+	top := float32(math.Inf(-1))
+	for _, v := range logits {
+		top = max(top, v)
+	}
+	p := make([]float64, len(logits))
+	sum := 0.0
+	for i, v := range logits {
+		p[i] = math.Exp(float64(v - top))
+		sum += p[i]
+	}
+	r := rng.Float64() * sum
+	for i, v := range p {
+		if r < v {
+			return int32(i)
+		}
+		r -= v
+	}
+	return int32(len(p) - 1)
+}
+
+// int32Bytes is ids as little-endian bytes.
+func int32Bytes(ids []int32) []byte {
+	raw := make([]byte, 4*len(ids))
+	for i, v := range ids {
+		binary.LittleEndian.PutUint32(raw[4*i:], uint32(v))
+	}
+	return raw
+}

@@ -1,0 +1,280 @@
+package model
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/tensor"
+	"github.com/mlxgo/mlxgo/tensor/safetensors"
+	"github.com/mlxgo/mlxgo/tensor/tensortest"
+)
+
+// outputError is tr(ΔW·H·ΔWᵀ)/rows: the mean squared output error of a
+// quantized layer over the calibration inputs summed in g.
+func outputError(w, deq []float32, out, in int, g *Gram) float64 {
+	total := 0.0
+	d := make([]float64, in)
+	for r := range out {
+		for j := range in {
+			d[j] = float64(w[r*in+j] - deq[r*in+j])
+		}
+		for i := range in {
+			if d[i] == 0 {
+				continue
+			}
+			s := 0.0
+			for j := range in {
+				s += g.Sum[i*in+j] * d[j]
+			}
+			total += d[i] * s
+		}
+	}
+	return total / float64(g.Rows)
+}
+
+func TestGPTQBeatsRounding(t *testing.T) {
+	const out, in, rows = 48, 128, 512
+	rng := rand.New(rand.NewPCG(1, 2))
+	w := make([]float32, out*in)
+	for i := range w {
+		w[i] = float32(rng.NormFloat64())
+	}
+	// anisotropic, correlated inputs: a few strong directions plus noise
+	g := &Gram{In: in, Sum: make([]float64, in*in)}
+	basis := make([][]float64, 8)
+	for k := range basis {
+		basis[k] = make([]float64, in)
+		for j := range basis[k] {
+			basis[k][j] = rng.NormFloat64() * float64(8-k)
+		}
+	}
+	x := make([]float64, in)
+	for range rows {
+		for j := range x {
+			x[j] = 0.3 * rng.NormFloat64()
+		}
+		for k := range basis {
+			c := rng.NormFloat64()
+			for j := range x {
+				x[j] += c * basis[k][j]
+			}
+		}
+		for i := range in {
+			for j := range in {
+				g.Sum[i*in+j] += x[i] * x[j]
+			}
+		}
+		g.Rows++
+	}
+	spec := QuantSpec{GroupSize: 64, Bits: 4}
+	plan, err := newGPTQPlan(g, 0.01)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// U must satisfy UᵀU = (H/rows + damp)⁻¹: check (UᵀU)·H' ≈ I on a few entries.
+	codes, s, b := gptqQuantize(w, out, in, plan, spec, tensor.Float32, GPTQOptions{})
+	deq := make([]float32, out*in)
+	for r := range out {
+		for j := range in {
+			k := r*(in/64) + j/64
+			deq[r*in+j] = s[k]*float32(codes[r*in+j]) + b[k]
+		}
+	}
+	wa := tensor.FromFloat32(w, []int{out, in}, tensor.Float32)
+	wq, qs, qb := tensor.Quantize(wa, 64, 4)
+	rtn := tensor.Dequantize(wq, qs, qb, 64, 4, tensor.Float32).Float32s()
+	tensor.Free(wa, wq, qs, qb)
+	eG, eR := outputError(w, deq, out, in, g), outputError(w, rtn, out, in, g)
+	t.Logf("output MSE: gptq %.4g, rtn %.4g (ratio %.3f)", eG, eR, eG/eR)
+	if !(eG < 0.7*eR) || math.IsNaN(eG) {
+		t.Errorf("gptq output error %.4g not well below rounding's %.4g", eG, eR)
+	}
+}
+
+// TestGPTQPlanInverse checks the factor GPTQ walks along: UᵀU must be the
+// inverse of the damped mean Gram matrix.
+func TestGPTQPlanInverse(t *testing.T) {
+	const n = 24
+	rng := rand.New(rand.NewPCG(3, 4))
+	g := &Gram{In: n, Sum: make([]float64, n*n)}
+	x := make([]float64, n)
+	for range 40 {
+		for j := range x {
+			x[j] = rng.NormFloat64() * float64(1+j%3)
+		}
+		for i := range n {
+			for j := range n {
+				g.Sum[i*n+j] += x[i] * x[j]
+			}
+		}
+		g.Rows++
+	}
+	const damp = 0.05
+	p, err := newGPTQPlan(g, damp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := make([]float64, n*n)
+	mean := 0.0
+	for i := range n {
+		mean += g.Sum[i*n+i] / float64(g.Rows)
+	}
+	mean /= n
+	for i := range n {
+		for j := range n {
+			h[i*n+j] = g.Sum[i*n+j] / float64(g.Rows)
+		}
+		h[i*n+i] += damp * mean
+	}
+	worst := 0.0
+	for i := range n {
+		for j := range n {
+			if j < i && p.u[i*n+j] != 0 {
+				t.Fatalf("U[%d][%d] = %g below the diagonal", i, j, p.u[i*n+j])
+			}
+			// (UᵀU·H)[i][j]
+			s := 0.0
+			for k := range n {
+				uu := 0.0
+				for r := range n {
+					uu += p.u[r*n+i] * p.u[r*n+k]
+				}
+				s += uu * h[k*n+j]
+			}
+			want := 0.0
+			if i == j {
+				want = 1
+			}
+			worst = math.Max(worst, math.Abs(s-want))
+		}
+	}
+	if worst > 1e-9 {
+		t.Errorf("UᵀU·H differs from I by %.3g", worst)
+	}
+	// a Gram matrix with a zero row (an input never exercised) is not an error
+	g.Sum[5*n+5] = 0
+	for j := range n {
+		g.Sum[5*n+j], g.Sum[j*n+5] = 0, 0
+	}
+	if p, err := newGPTQPlan(g, damp); err != nil || !p.dead[5] {
+		t.Errorf("dead input: %v, dead %v", err, p != nil && p.dead[5])
+	}
+}
+
+// fixturePrompt reads the prompt of a parity fixture's golden file.
+func fixturePrompt(t *testing.T, fx string) []int32 {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", fx, "golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Prompt []int32 `json:"prompt"`
+	}
+	if err := json.Unmarshal(raw, &g); err != nil || len(g.Prompt) == 0 {
+		t.Fatalf("%s golden: %v", fx, err)
+	}
+	return g.Prompt
+}
+
+// TestGPTQFixtures converts every architecture's fixture with GPTQ
+// (sequential calibration through dense, KV-sharing, per-layer-input and
+// MoE blocks): the checkpoint loads with every tensor used, its quantized
+// kernels compute what the float model of its dequantized weights does,
+// and the codes differ from plain rounding (the calibrated path ran). The
+// distance of both methods to the float logits is logged: these random
+// fixtures are chaotic under any rounding (see TestGemma4Quantized).
+func TestGPTQFixtures(t *testing.T) {
+	defer tensortest.NoLeaks(t)()
+	for _, fx := range []string{"llama3", "qwen3", "qwen3_moe", "gemma4_dense", "gemma4_kv", "gemma4_ple", "gemma4_moe"} {
+		t.Run(fx, func(t *testing.T) {
+			src := filepath.Join("testdata", fx, "f32")
+			prompt := fixturePrompt(t, fx)
+			fm, err := Load(src, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref := logitsOf(t, fm, prompt, 0)
+			calib, err := SampleSequences(fm, prompt[:1], 4, 40, 7)
+			fm.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := ConvertOptions{Quantize: true, Bits: 4, GroupSize: 64, Method: MethodGPTQ, Calibration: calib}
+			qdir, ddir := convertWith(t, src, opts)
+			rdir := t.TempDir()
+			if err := Convert(src, rdir, ConvertOptions{Quantize: true}); err != nil {
+				t.Fatal(err)
+			}
+			q := loadGemma4(t, qdir)
+			got := logitsOf(t, q, prompt, 5)
+			unused := q.w.Unused()
+			q.Close()
+			if len(unused) > 0 {
+				t.Errorf("tensors never loaded: %v", unused)
+			}
+			d := loadGemma4(t, ddir)
+			deq := logitsOf(t, d, prompt, 0)
+			d.Close()
+			r := loadGemma4(t, rdir)
+			rtn := logitsOf(t, r, prompt, 0)
+			r.Close()
+			same := minCosine(toF64(deq), got)
+			t.Logf("min cosine to float32: gptq %.4f, rtn %.4f; quantized vs its dequantized weights %.6f",
+				minCosine(toF64(ref), got), minCosine(toF64(ref), rtn), same)
+			if same < 0.9999 {
+				t.Errorf("quantized kernels differ from the dequantized model (cosine %.6f)", same)
+			}
+			differs := 0
+			gs, err := safetensors.OpenDir(qdir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer gs.Close()
+			rs, err := safetensors.OpenDir(rdir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rs.Close()
+			for _, name := range gs.Names() {
+				if !strings.HasSuffix(name, "self_attn.q_proj.weight") {
+					continue
+				}
+				a, _ := gs.Array(name, nil, true)
+				b, _ := rs.Array(name, nil, true)
+				if !bytes.Equal(a.Bytes(), b.Bytes()) {
+					differs++
+				}
+				tensor.Free(a, b)
+			}
+			if differs == 0 {
+				t.Error("GPTQ wrote the same q_proj codes as plain rounding")
+			}
+		})
+	}
+}
+
+// TestGPTQErrors: misuse of the method is an error, never a panic.
+func TestGPTQErrors(t *testing.T) {
+	defer tensortest.NoLeaks(t)()
+	src := filepath.Join("testdata", "llama3", "f32")
+	for name, opts := range map[string]ConvertOptions{
+		"no calibration":  {Quantize: true, Method: MethodGPTQ},
+		"not quantizing":  {Method: MethodGPTQ, Calibration: [][]int32{{1, 2, 3}}},
+		"unknown method":  {Quantize: true, Method: "awq"},
+		"empty sequence":  {Quantize: true, Method: MethodGPTQ, Calibration: [][]int32{{1, 2}, {}}},
+		"id out of range": {Quantize: true, Method: MethodGPTQ, Calibration: [][]int32{{1, 2, 1 << 20}}},
+	} {
+		if err := Convert(src, t.TempDir(), opts); err == nil {
+			t.Errorf("%s: no error", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+}

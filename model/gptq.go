@@ -4,9 +4,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -59,7 +61,8 @@ type gptqPlan struct {
 // newGPTQPlan factors the Gram matrix g. It uses that the upper Cholesky
 // factor of H⁻¹ is P·L⁻¹·P, where P reverses the order of the columns and
 // L is the lower Cholesky factor of P·H·P: one factorisation and one
-// triangular inverse, no explicit H⁻¹.
+// triangular inverse, no explicit H⁻¹, computed in float32 (as GPTQ
+// implementations do) mostly as matrix products.
 func newGPTQPlan(g *Gram, damp float64) (*gptqPlan, error) {
 	n := g.In
 	if g.Rows == 0 {
@@ -82,52 +85,27 @@ func newGPTQPlan(g *Gram, damp float64) (*gptqPlan, error) {
 	for i := range n {
 		h[i*n+i] += damp * mean
 	}
-	// r = P·H·P, factored in place into its lower Cholesky factor.
-	r := make([]float64, n*n)
+	// r = P·H·P, factored into its lower Cholesky factor L and L⁻¹.
+	r := make([]float32, n*n)
 	for i := range n {
 		for j := range n {
-			r[i*n+j] = h[(n-1-i)*n+(n-1-j)]
+			r[i*n+j] = float32(h[(n-1-i)*n+(n-1-j)])
 		}
 	}
-	for j := range n {
-		s := r[j*n+j]
-		rj := r[j*n : j*n+j]
-		for _, v := range rj {
-			s -= v * v
-		}
-		if s <= 0 || math.IsNaN(s) {
-			return nil, fmt.Errorf("Gram matrix is not positive definite (column %d); raise the dampening", n-1-j)
-		}
-		d := math.Sqrt(s)
-		r[j*n+j] = d
-		for i := j + 1; i < n; i++ {
-			ri := r[i*n : i*n+j]
-			s := r[i*n+j]
-			for k, v := range ri {
-				s -= v * rj[k]
-			}
-			r[i*n+j] = s / d
-		}
-		for k := j + 1; k < n; k++ {
-			r[j*n+k] = 0
-		}
-	}
-	// inv = L⁻¹ (lower), by forward substitution column by column.
-	inv := make([]float64, n*n)
-	for j := range n {
-		inv[j*n+j] = 1 / r[j*n+j]
-		for i := j + 1; i < n; i++ {
-			s := 0.0
-			for k := j; k < i; k++ {
-				s += r[i*n+k] * inv[k*n+j]
-			}
-			inv[i*n+j] = -s / r[i*n+i]
-		}
+	var inv []float32
+	err := tensor.Try(func() {
+		sc := tensor.NewScope()
+		defer sc.Close()
+		_, li := cholInv(tensor.FromFloat32(r, []int{n, n}, tensor.Float32))
+		inv = li.Float32s()
+	})
+	if err != nil {
+		return nil, err
 	}
 	u := make([]float64, n*n)
 	for i := range n {
 		for j := i; j < n; j++ {
-			u[i*n+j] = inv[(n-1-i)*n+(n-1-j)]
+			u[i*n+j] = float64(inv[(n-1-i)*n+(n-1-j)])
 		}
 	}
 	return &gptqPlan{n: n, u: u, dead: dead}, nil
@@ -153,57 +131,74 @@ func gptqQuantize(w []float32, out, in int, plan *gptqPlan, spec QuantSpec, dt t
 	}
 	u := plan.u
 	bs := opts.BlockSize
-	errs := make([]float64, out*bs)
-	group := make([]float64, gs)
+	errs := make([]float32, out*bs)
+	var ut *tensor.Array // U in float32 for the lazy updates
+	defer func() {
+		if ut != nil {
+			ut.Free()
+		}
+	}()
 	for b0 := 0; b0 < in; b0 += bs {
 		b1 := min(b0+bs, in)
-		for c := b0; c < b1; c++ {
-			if c%gs == 0 {
-				g := c / gs
-				for r := range out {
-					copy(group, wd[r*in+c:r*in+c+gs])
-					s, z := groupGrid(group, bits, dt, opts.RangeSteps)
-					scales[r*ng+g], biases[r*ng+g] = s, z
-				}
-			}
-			g := c / gs
-			d := u[c*in+c]
-			for r := range out {
-				s, z := float64(scales[r*ng+g]), float64(biases[r*ng+g])
-				v := wd[r*in+c]
-				q := quantCode(v, s, z, bits)
-				codes[r*in+c] = q
-				e := 0.0
-				if !plan.dead[c] {
-					e = (v - (s*float64(q) + z)) / d
-				}
-				errs[r*bs+(c-b0)] = e
-				if e == 0 {
-					continue
-				}
-				row := wd[r*in : r*in+b1]
-				uc := u[c*in : c*in+b1]
-				for j := c + 1; j < b1; j++ {
-					row[j] -= e * uc[j]
-				}
-			}
-		}
-		// lazy update of the columns after the block: W[:, b1:] -= E·U[b0:b1, b1:]
-		if b1 < in {
-			for r := range out {
-				row := wd[r*in+b1 : r*in+in]
-				for k := b0; k < b1; k++ {
-					e := errs[r*bs+(k-b0)]
+		// rows are independent given U: quantize the block's columns row by row
+		parallelRows(out, func(r0, r1 int) {
+			group := make([]float64, gs)
+			for r := r0; r < r1; r++ {
+				row := wd[r*in : r*in+in]
+				for c := b0; c < b1; c++ {
+					g := c / gs
+					if c%gs == 0 {
+						copy(group, row[c:c+gs])
+						scales[r*ng+g], biases[r*ng+g] = groupGrid(group, bits, dt, opts.RangeSteps)
+					}
+					s, z := float64(scales[r*ng+g]), float64(biases[r*ng+g])
+					v := row[c]
+					q := quantCode(v, s, z, bits)
+					codes[r*in+c] = q
+					e := 0.0
+					if !plan.dead[c] {
+						e = (v - (s*float64(q) + z)) / u[c*in+c]
+					}
+					errs[r*bs+(c-b0)] = float32(e)
 					if e == 0 {
 						continue
 					}
-					uk := u[k*in+b1 : k*in+in]
-					for j, x := range uk {
-						row[j] -= e * x
+					uc := u[c*in : c*in+b1]
+					for j := c + 1; j < b1; j++ {
+						row[j] -= e * uc[j]
 					}
 				}
 			}
+		})
+		if b1 == in {
+			break
 		}
+		// lazy update of the columns after the block: W[:, b1:] -= E·U[b0:b1, b1:]
+		if ut == nil {
+			u32 := make([]float32, in*in)
+			for i, x := range u {
+				u32[i] = float32(x)
+			}
+			ut = tensor.FromFloat32(u32, []int{in, in}, tensor.Float32)
+			tensor.Detach(ut)
+		}
+		var d []float32
+		func() {
+			sc := tensor.NewScope()
+			defer sc.Close()
+			e := tensor.FromFloat32(errs, []int{out, bs}, tensor.Float32) // a full block: only the last can be short
+			d = tensor.Matmul(e, tensor.Slice(ut, []int{b0, b1}, []int{b1, in}, nil)).Float32s()
+		}()
+		rest := in - b1
+		parallelRows(out, func(r0, r1 int) {
+			for r := r0; r < r1; r++ {
+				row := wd[r*in+b1 : r*in+in]
+				dr := d[r*rest : (r+1)*rest]
+				for j, x := range dr {
+					row[j] -= float64(x)
+				}
+			}
+		})
 	}
 	return codes, scales, biases
 }
@@ -435,4 +430,119 @@ func float32Bytes(v []float32) []byte {
 		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(x))
 	}
 	return raw
+}
+
+// cholLeaf is the size at or below which cholInv factors directly.
+const cholLeaf = 128
+
+// cholInv returns the lower Cholesky factor L of the symmetric positive
+// definite float32 matrix a and L⁻¹. It recurses on halves:
+//
+//	L = [L₁₁ 0; L₂₁ L₂₂], L₂₁ = A₂₁·L₁₁⁻ᵀ, L₂₂ = chol(A₂₂ − L₂₁·L₂₁ᵀ),
+//	L⁻¹ = [L₁₁⁻¹ 0; −L₂₂⁻¹·L₂₁·L₁₁⁻¹  L₂₂⁻¹]
+//
+// so that ~2n³/3 of its flops are matrix products on the backend; blocks
+// of cholLeaf or less are factored in float64 in Go. It panics with a
+// *tensor.Error when a is not positive definite.
+func cholInv(a *tensor.Array) (l, inv *tensor.Array) {
+	n := a.Dim(0)
+	if n <= cholLeaf {
+		v := a.Float32s()
+		f := make([]float64, n*n)
+		for i, x := range v {
+			f[i] = float64(x)
+		}
+		if j := cholLower(f, n); j >= 0 {
+			panic(&tensor.Error{Op: "gptq", Err: fmt.Errorf("Gram matrix is not positive definite (pivot %d); raise the dampening", j)})
+		}
+		fi := invLower(f, n)
+		lo, io := make([]float32, n*n), make([]float32, n*n)
+		for i := range f {
+			lo[i], io[i] = float32(f[i]), float32(fi[i])
+		}
+		return tensor.FromFloat32(lo, []int{n, n}, tensor.Float32), tensor.FromFloat32(io, []int{n, n}, tensor.Float32)
+	}
+	h := (n/2 + 63) / 64 * 64
+	a11 := tensor.Slice(a, []int{0, 0}, []int{h, h}, nil)
+	a21 := tensor.Slice(a, []int{h, 0}, []int{n, h}, nil)
+	a22 := tensor.Slice(a, []int{h, h}, []int{n, n}, nil)
+	l11, i11 := cholInv(a11)
+	l21 := tensor.Matmul(a21, tensor.Transpose(i11))
+	s := tensor.Sub(a22, tensor.Matmul(l21, tensor.Transpose(l21)))
+	l22, i22 := cholInv(s)
+	i21 := tensor.Neg(tensor.Matmul(i22, tensor.Matmul(l21, i11)))
+	zero := tensor.Zeros([]int{h, n - h}, tensor.Float32)
+	l = tensor.Concatenate([]*tensor.Array{
+		tensor.Concatenate([]*tensor.Array{l11, zero}, 1),
+		tensor.Concatenate([]*tensor.Array{l21, l22}, 1)}, 0)
+	inv = tensor.Concatenate([]*tensor.Array{
+		tensor.Concatenate([]*tensor.Array{i11, zero}, 1),
+		tensor.Concatenate([]*tensor.Array{i21, i22}, 1)}, 0)
+	return l, inv
+}
+
+// cholLower factors the n×n row-major f in place into its lower Cholesky
+// factor (zeroing the upper triangle). It returns -1, or the first pivot
+// that is not positive.
+func cholLower(f []float64, n int) int {
+	for j := range n {
+		s := f[j*n+j]
+		rj := f[j*n : j*n+j]
+		for _, v := range rj {
+			s -= v * v
+		}
+		if s <= 0 || math.IsNaN(s) {
+			return j
+		}
+		d := math.Sqrt(s)
+		f[j*n+j] = d
+		for i := j + 1; i < n; i++ {
+			ri := f[i*n : i*n+j]
+			s := f[i*n+j]
+			for k, v := range ri {
+				s -= v * rj[k]
+			}
+			f[i*n+j] = s / d
+		}
+		for k := j + 1; k < n; k++ {
+			f[j*n+k] = 0
+		}
+	}
+	return -1
+}
+
+// invLower inverts the n×n lower-triangular l by forward substitution.
+func invLower(l []float64, n int) []float64 {
+	inv := make([]float64, n*n)
+	for j := range n {
+		inv[j*n+j] = 1 / l[j*n+j]
+		for i := j + 1; i < n; i++ {
+			s := 0.0
+			for k := j; k < i; k++ {
+				s += l[i*n+k] * inv[k*n+j]
+			}
+			inv[i*n+j] = -s / l[i*n+i]
+		}
+	}
+	return inv
+}
+
+// parallelRows splits [0, n) into one contiguous range per CPU and runs f
+// on each concurrently.
+func parallelRows(n int, f func(r0, r1 int)) {
+	k := min(runtime.GOMAXPROCS(0), n)
+	if k <= 1 {
+		f(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range k {
+		r0, r1 := i*n/k, (i+1)*n/k
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(r0, r1)
+		}()
+	}
+	wg.Wait()
 }

@@ -114,14 +114,18 @@ type calibFlags struct {
 
 // calibration returns GPTQ's calibration sequences for the checkpoint in
 // src: windows of the tokenized --calib-file, or, without one, text the
-// float model samples itself from its start token. Each sequence starts
-// with the tokenizer's special prefix (BOS) where it has one, as prompts do.
+// float model samples itself from its start token (the tokenizer's BOS,
+// else config.json's bos or eos id). Each sequence starts with the
+// tokenizer's special prefix (BOS) where it has one, as prompts do.
 func calibration(src string, c calibFlags, stderr io.Writer) ([][]int32, error) {
 	tok, err := tokenizer.Load(src)
-	if err != nil {
-		return nil, fmt.Errorf("gptq calibration needs the model's tokenizer: %w", err)
+	if err != nil && c.file != "" {
+		return nil, fmt.Errorf("--calib-file needs the model's tokenizer: %w", err)
 	}
-	prefix := toInt32s(tok.Encode("", true))
+	var prefix []int32
+	if tok != nil {
+		prefix = toInt32s(tok.Encode("", true))
+	}
 	if c.file == "" {
 		start := prefix
 		if len(start) == 0 {

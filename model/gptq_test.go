@@ -303,3 +303,55 @@ func TestGPTQErrors(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkGPTQ times GPTQ on one 2048×2048 layer (a 1B model's attention
+// projection) — the plan (factoring the Gram matrix) and the quantization —
+// against plain rounding of the same weight in the same run.
+func BenchmarkGPTQ(b *testing.B) {
+	const n = 2048
+	rng := rand.New(rand.NewPCG(1, 2))
+	g := &Gram{In: n, Sum: make([]float64, n*n), Rows: 4 * n}
+	x := make([]float64, n)
+	for range 64 {
+		for j := range x {
+			x[j] = rng.NormFloat64()
+		}
+		for i := range n {
+			for j := range n {
+				g.Sum[i*n+j] += x[i] * x[j]
+			}
+		}
+	}
+	for i := range n {
+		g.Sum[i*n+i] += float64(g.Rows)
+	}
+	w := make([]float32, n*n)
+	for i := range w {
+		w[i] = float32(rng.NormFloat64())
+	}
+	spec := QuantSpec{GroupSize: 64, Bits: 4}
+	b.Run("plan", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := newGPTQPlan(g, 0.01); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	p, err := newGPTQPlan(g, 0.01)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("quantize", func(b *testing.B) {
+		for b.Loop() {
+			gptqQuantize(w, n, n, p, spec, tensor.BFloat16, GPTQOptions{})
+		}
+	})
+	b.Run("rtn", func(b *testing.B) {
+		wa := tensor.FromFloat32(w, []int{n, n}, tensor.BFloat16)
+		defer wa.Free()
+		for b.Loop() {
+			q, s, z := tensor.Quantize(wa, 64, 4)
+			tensor.Free(q, s, z)
+		}
+	})
+}

@@ -132,11 +132,12 @@ func collectGrams(l *Loaded, seqs [][]int32, want map[string]bool) (grams map[st
 
 // SampleSequences draws n sequences of length tokens from m itself at
 // temperature 1, each starting with start: calibration data that needs no
-// dataset and follows the distribution the model was trained on. The draw
-// is reproducible for a seed.
+// dataset and follows the distribution the model was trained on. The
+// sequences are decoded together, up to sampleBatch at a time, and the
+// draw is reproducible for a seed.
 func SampleSequences(m Model, start []int32, n, length int, seed uint64) ([][]int32, error) {
-	if len(start) == 0 || length <= len(start) {
-		return nil, fmt.Errorf("model: sampling needs a start and a length beyond it (got %d of %d)", len(start), length)
+	if len(start) == 0 || length <= len(start) || n < 1 {
+		return nil, fmt.Errorf("model: sampling needs n ≥ 1, a start and a length beyond it (got n %d, %d of %d)", n, len(start), length)
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x6d6c78676f))
 	be := tensor.Default()
@@ -144,28 +145,37 @@ func SampleSequences(m Model, start []int32, n, length int, seed uint64) ([][]in
 		be = l.w.Backend()
 	}
 	out := make([][]int32, 0, n)
-	for range n {
-		seq, err := sampleOne(m, be, start, length, rng)
+	for len(out) < n {
+		seqs, err := sampleBatch(m, be, start, min(n-len(out), sampleBatchSize), length, rng)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, seq)
+		out = append(out, seqs...)
 	}
 	return out, nil
 }
 
-func sampleOne(m Model, be tensor.Backend, start []int32, length int, rng *rand.Rand) ([]int32, error) {
+// sampleBatchSize bounds how many sequences SampleSequences decodes at once.
+const sampleBatchSize = 16
+
+// sampleBatch decodes b sequences as one batch through shared caches.
+func sampleBatch(m Model, be tensor.Backend, start []int32, b, length int, rng *rand.Rand) ([][]int32, error) {
 	caches := m.MakeCaches()
 	defer FreeCaches(caches)
-	seq := append([]int32(nil), start...)
-	next := start
-	for len(seq) < length {
+	seqs := make([][]int32, b)
+	next := make([]int32, 0, b*len(start))
+	for i := range seqs {
+		seqs[i] = append(make([]int32, 0, length), start...)
+		next = append(next, start...)
+	}
+	for len(seqs[0]) < length {
 		var logits []float32
 		err := func() error {
 			sc := tensor.NewScope()
 			defer sc.Close()
+			t := len(next) / b
 			var ids *tensor.Array
-			if err := tensor.Try(func() { ids = tensor.FromBytesOn(be, int32Bytes(next), []int{1, len(next)}, tensor.Int32, false) }); err != nil {
+			if err := tensor.Try(func() { ids = tensor.FromBytesOn(be, int32Bytes(next), []int{b, t}, tensor.Int32, false) }); err != nil {
 				return err
 			}
 			h, err := m.Forward(ids, caches, nil)
@@ -173,7 +183,7 @@ func sampleOne(m Model, be tensor.Backend, start []int32, length int, rng *rand.
 				return err
 			}
 			var last *tensor.Array
-			if err := tensor.Try(func() { last = tensor.SliceAxis(h, 1, len(next)-1, len(next)) }); err != nil {
+			if err := tensor.Try(func() { last = tensor.SliceAxis(h, 1, t-1, t) }); err != nil {
 				return err
 			}
 			lg, err := m.Logits(last)
@@ -185,11 +195,15 @@ func sampleOne(m Model, be tensor.Backend, start []int32, length int, rng *rand.
 		if err != nil {
 			return nil, err
 		}
-		id := sampleSoftmax(logits, rng)
-		seq = append(seq, id)
-		next = []int32{id}
+		v := len(logits) / b
+		next = next[:0]
+		for i := range seqs {
+			id := sampleSoftmax(logits[i*v:(i+1)*v], rng)
+			seqs[i] = append(seqs[i], id)
+			next = append(next, id)
+		}
 	}
-	return seq, nil
+	return seqs, nil
 }
 
 // sampleSoftmax draws an index from softmax(logits).

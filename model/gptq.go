@@ -3,6 +3,7 @@ package model
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
 	"runtime"
 	"slices"
@@ -222,7 +223,7 @@ func groupGrid(v []float64, bits int, dt tensor.DType, steps int) (scale, bias f
 	grid := func(p float64) (float32, float32) {
 		c, half := (lo+hi)/2, (hi-lo)/2*p
 		s := max(2*half/top, 1e-7)
-		return roundFloat(dt, float32(s)), roundFloat(dt, float32(c-half))
+		return tensor.RoundTo(float32(s), dt), tensor.RoundTo(float32(c-half), dt)
 	}
 	scale, bias = grid(1)
 	if steps <= 1 {
@@ -245,17 +246,6 @@ func groupGrid(v []float64, bits int, dt tensor.DType, steps int) (scale, bias f
 		}
 	}
 	return scale, bias
-}
-
-// roundFloat rounds x to the nearest value of the float type dt.
-func roundFloat(dt tensor.DType, x float32) float32 {
-	switch dt {
-	case tensor.BFloat16:
-		return tensor.BF16ToF32(tensor.F32ToBF16(x))
-	case tensor.Float16:
-		return tensor.F16ToF32(tensor.F32ToF16(x))
-	}
-	return x
 }
 
 // gptqDecide says how Convert will store a module: its spec, the float
@@ -317,12 +307,7 @@ func runGPTQ(src string, opts ConvertOptions, decide gptqDecide, results map[str
 		}
 		e.Weight = rounded(e.Weight, spec, dt)
 	}
-	order := make([]int, 0, len(depths))
-	for d := range depths {
-		order = append(order, d)
-	}
-	slices.Sort(order)
-	for _, d := range order {
+	for _, d := range slices.Sorted(maps.Keys(depths)) {
 		mods := depths[d]
 		slices.Sort(mods)
 		want := map[string]bool{}

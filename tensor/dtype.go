@@ -236,3 +236,16 @@ func ScalarBytes(v float64, dt DType) []byte {
 	}
 	return out
 }
+
+// RoundTo rounds v to the nearest value dt can hold (round to nearest
+// even; unchanged for float32 and non-16-bit types): what storing v in dt
+// and reading it back gives.
+func RoundTo(v float32, dt DType) float32 {
+	switch dt {
+	case BFloat16:
+		return BF16ToF32(F32ToBF16(v))
+	case Float16:
+		return F16ToF32(F32ToF16(v))
+	}
+	return v
+}

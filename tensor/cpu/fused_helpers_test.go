@@ -25,7 +25,7 @@ func fzRand(n int, seed uint32) []float32 {
 func fzRound(v []float32, dt tensor.DType) []float32 {
 	out := make([]float32, len(v))
 	for i, x := range v {
-		out[i] = fusedRound(x, dt)
+		out[i] = tensor.RoundTo(x, dt)
 	}
 	return out
 }

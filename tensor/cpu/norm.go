@@ -52,25 +52,13 @@ func fusedStore(data []byte, off int, src []float32, dt tensor.DType) {
 	}
 }
 
-// fusedRound rounds float32 v to the precision of dt (a no-op for float32);
-// kernels use it where MLX materialises an intermediate in a 16-bit type.
-func fusedRound(v float32, dt tensor.DType) float32 {
-	switch dt {
-	case tensor.BFloat16:
-		return tensor.BF16ToF32(tensor.F32ToBF16(v))
-	case tensor.Float16:
-		return tensor.F16ToF32(tensor.F32ToF16(v))
-	}
-	return v
-}
-
 // fusedRoundRow applies fusedRound to every element of v.
 func fusedRoundRow(v []float32, dt tensor.DType) {
 	if dt == tensor.Float32 {
 		return
 	}
 	for i := range v {
-		v[i] = fusedRound(v[i], dt)
+		v[i] = tensor.RoundTo(v[i], dt)
 	}
 }
 
@@ -191,7 +179,7 @@ func (be *Backend) RMSNorm(x, w *tensor.Array, eps float32) *tensor.Array {
 		ms := float32(normSumSq(row)*invD) + eps
 		inv := float32(1 / float32(math.Sqrt(float64(ms))))
 		for i, v := range row {
-			row[i] = fusedRound(float32(v*inv), dt)
+			row[i] = tensor.RoundTo(float32(v*inv), dt)
 		}
 		if wv != nil {
 			for i := range row {
@@ -218,11 +206,11 @@ func (be *Backend) LayerNorm(x, w, b *tensor.Array, eps float32) *tensor.Array {
 		v := float32(normSumSq(row)*invD) + eps
 		inv := float32(1 / float32(math.Sqrt(float64(v))))
 		for i, x := range row {
-			row[i] = fusedRound(float32(x*inv), dt)
+			row[i] = tensor.RoundTo(float32(x*inv), dt)
 		}
 		if wv != nil {
 			for i := range row {
-				row[i] = fusedRound(float32(row[i]*wv[i]), dt)
+				row[i] = tensor.RoundTo(float32(row[i]*wv[i]), dt)
 			}
 		}
 		if bv != nil {

@@ -19,9 +19,9 @@ func refRMSNorm(x, w []float32, d int, eps float64, dt tensor.DType) []float64 {
 		}
 		inv := 1 / math.Sqrt(ss/float64(d)+eps)
 		for i, v := range row {
-			n := float64(fusedRound(float32(float64(v)*inv), dt))
+			n := float64(tensor.RoundTo(float32(float64(v)*inv), dt))
 			if w != nil {
-				n = float64(fusedRound(float32(n*float64(w[i])), dt))
+				n = float64(tensor.RoundTo(float32(n*float64(w[i])), dt))
 			}
 			out[r*d+i] = n
 		}
@@ -74,7 +74,7 @@ func TestRMSNorm(t *testing.T) {
 			}
 			inv := 1 / math.Sqrt(ss/float64(d)+1e-6)
 			for i, v := range xb[r*d : (r+1)*d] {
-				if float64(fusedRound(float32(float64(v)*inv*float64(wb[i])), tensor.BFloat16)) != float64(g[r*d+i]) {
+				if float64(tensor.RoundTo(float32(float64(v)*inv*float64(wb[i])), tensor.BFloat16)) != float64(g[r*d+i]) {
 					single++
 				}
 			}

@@ -64,18 +64,6 @@ func fromF32(b []byte, src []float32, dt tensor.DType) {
 	}
 }
 
-// roundTo rounds v to dt's precision and back, the effect of MLX storing an
-// intermediate in a 16-bit type.
-func roundTo(v float32, dt tensor.DType) float32 {
-	switch dt {
-	case tensor.BFloat16:
-		return tensor.BF16ToF32(tensor.F32ToBF16(v))
-	case tensor.Float16:
-		return tensor.F16ToF32(tensor.F32ToF16(v))
-	}
-	return v
-}
-
 // quantizeGroup computes one group's scale, bias and codes the way MLX's
 // CPU kernel does: all arithmetic in float32, the scale's sign chosen so that
 // the edge of larger magnitude maps exactly to code 0, and the scale and
@@ -234,8 +222,8 @@ func (be *Backend) Dequantize(wq, scales, biases *tensor.Array, groupSize, bits 
 				for j := g * groupSize; j < (g+1)*groupSize; j++ {
 					// explicit conversions keep the product and the sum as
 					// two separately rounded operations (no FMA)
-					v := roundTo(float32(float32(codes[j])*s), sdt)
-					vals[j] = roundTo(float32(v+b), sdt)
+					v := tensor.RoundTo(float32(float32(codes[j])*s), sdt)
+					vals[j] = tensor.RoundTo(float32(v+b), sdt)
 				}
 			}
 			fromF32(odata[r*k*oes:(r+1)*k*oes], vals, dt)

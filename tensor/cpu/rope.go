@@ -86,8 +86,8 @@ func (be *Backend) RoPE(x *tensor.Array, o tensor.RoPEOptions) *tensor.Array {
 			base := (b*t + p) * half
 			for i, f := range inv {
 				th := float64(float32(pos * f))
-				cos[base+i] = fusedRound(float32(math.Cos(th)), dt)
-				sin[base+i] = fusedRound(float32(math.Sin(th)), dt)
+				cos[base+i] = tensor.RoundTo(float32(math.Cos(th)), dt)
+				sin[base+i] = tensor.RoundTo(float32(math.Sin(th)), dt)
 			}
 		}
 	}
@@ -113,10 +113,10 @@ func (be *Backend) RoPE(x *tensor.Array, o tensor.RoPEOptions) *tensor.Array {
 					j1, j2 = 2*i, 2*i+1
 				}
 				x1, x2 := row[j1], row[j2]
-				a := fusedRound(float32(x1*c[i]), dt)
-				bb := fusedRound(float32(x2*s[i]), dt)
-				e := fusedRound(float32(x1*s[i]), dt)
-				f := fusedRound(float32(x2*c[i]), dt)
+				a := tensor.RoundTo(float32(x1*c[i]), dt)
+				bb := tensor.RoundTo(float32(x2*s[i]), dt)
+				e := tensor.RoundTo(float32(x1*s[i]), dt)
+				f := tensor.RoundTo(float32(x2*c[i]), dt)
 				row[j1] = a - bb
 				row[j2] = e + f
 			}

@@ -36,8 +36,9 @@ func (g *Gram) add(x *tensor.Array) {
 // of the inputs of every dense layer, keyed by module path as the
 // checkpoint names it ("model.layers.0.self_attn.q_proj"). A tied
 // embedding appears under its own path with the inputs of the head. Layers
-// fed the same array (q, k and v; gate and up) share one Gram. Expert banks
-// are not tapped (GPTQ leaves them to plain rounding).
+// fed the same array (q, k and v; gate and up) share one Gram. Each expert
+// of a bank gets its own Gram of the rows routed to it, keyed
+// "<bank path>[e]" (experts no row reached have none).
 func CollectGrams(m Model, seqs [][]int32) (map[string]*Gram, error) {
 	l, ok := m.(*Loaded)
 	if !ok {
@@ -45,6 +46,9 @@ func CollectGrams(m Model, seqs [][]int32) (map[string]*Gram, error) {
 	}
 	return collectGrams(l, seqs, nil)
 }
+
+// expertKey is the Gram key of expert e of the bank at mod.
+func expertKey(mod string, e int) string { return fmt.Sprintf("%s[%d]", mod, e) }
 
 // stopPass ends a calibration forward pass early, once every wanted
 // module has seen its input.
@@ -72,7 +76,7 @@ func collectGrams(l *Loaded, seqs [][]int32, want map[string]bool) (grams map[st
 				g.add(x)
 				seen[x] = g
 			}
-			if want != nil {
+			if want != nil && want[mod] {
 				fed[mod] = true
 				if len(fed) == len(want) {
 					panic(stopPass{})
@@ -94,12 +98,36 @@ func collectGrams(l *Loaded, seqs [][]int32, want map[string]bool) (grams map[st
 			e.tap = tap(mod, e.Weight.Dim(1))
 		}
 	}
+	for mod, b := range l.w.banks {
+		if want != nil && !want[mod] {
+			continue
+		}
+		experts := make([]func(*tensor.Array), b.bank.Experts)
+		for e := range experts {
+			experts[e] = tap(expertKey(mod, e), b.bank.In)
+		}
+		b.bank.tap = func(e int, x *tensor.Array) {
+			if e >= 0 {
+				experts[e](x)
+				return
+			}
+			if want != nil { // the bank has seen every routed row of this pass
+				fed[mod] = true
+				if len(fed) == len(want) {
+					panic(stopPass{})
+				}
+			}
+		}
+	}
 	defer func() {
 		for _, lin := range l.w.linears {
 			lin.tap = nil
 		}
 		for _, e := range l.w.embeds {
 			e.tap = nil
+		}
+		for _, b := range l.w.banks {
+			b.bank.tap = nil
 		}
 	}()
 	be := l.w.Backend()

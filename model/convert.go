@@ -36,9 +36,10 @@ type ConvertOptions struct {
 	// to its min–max grid, byte for byte what mlx-lm's convert writes;
 	// "gptq" runs the float model over Calibration first and chooses the
 	// codes of every dense layer (and a tied head) to minimise the error
-	// of its outputs on those inputs (GPTQ), in the same format. Layers
-	// the calibration does not reach (expert banks, per-layer embedding
-	// tables) are rounded as with "rtn".
+	// of its outputs on those inputs (GPTQ), in the same format; each
+	// expert of a bank against the rows routed to it. Embedding tables,
+	// and matrices the calibration reaches on fewer rows than they have
+	// inputs (rarely routed experts), are rounded as with "rtn".
 	Method string
 	// Calibration is the token sequences "gptq" runs the model over
 	// (SampleSequences draws them from the model when no text is at hand).

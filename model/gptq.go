@@ -274,27 +274,28 @@ func runGPTQ(src string, opts ConvertOptions, decide gptqDecide, results map[str
 	defer tensor.Recover(&err)
 	be := l.w.Backend()
 	stored := func(mod string) tensor.DType {
-		info, err := l.set.Info(mod + ".weight")
+		name := mod + ".weight"
+		if b, ok := l.w.banks[mod]; ok {
+			name = b.src
+		}
+		info, err := l.set.Info(name)
 		if err != nil {
 			panic(&tensor.Error{Op: "convert", Err: err})
 		}
 		return info.DType
 	}
-	// rounded stands in the table as Convert will round it (RTN).
-	rounded := func(w *tensor.Array, spec QuantSpec, dt tensor.DType) *tensor.Array {
-		c := tensor.AsType(w, dt)
-		q, s, b := tensor.Quantize(c, spec.GroupSize, spec.Bits)
-		d := tensor.Dequantize(q, s, b, spec.GroupSize, spec.Bits, tensor.Float32)
-		tensor.Detach(d)
-		tensor.Free(c, q, s, b)
-		made = append(made, d)
-		return d
+	keep := func(a *tensor.Array) *tensor.Array {
+		tensor.Detach(a)
+		made = append(made, a)
+		return a
 	}
 	layers := l.info.Layers
 	depths := map[int][]string{}
 	for mod := range l.w.linears {
-		d := moduleDepth(mod, layers)
-		depths[d] = append(depths[d], mod)
+		depths[moduleDepth(mod, layers)] = append(depths[moduleDepth(mod, layers)], mod)
+	}
+	for mod := range l.w.banks {
+		depths[moduleDepth(mod, layers)] = append(depths[moduleDepth(mod, layers)], mod)
 	}
 	for mod, e := range l.w.embeds {
 		spec, dt, ok := decide(mod, e.Weight.Shape(), stored(mod))
@@ -305,7 +306,10 @@ func runGPTQ(src string, opts ConvertOptions, decide gptqDecide, results map[str
 			depths[layers+1] = append(depths[layers+1], mod)
 			continue
 		}
-		e.Weight = rounded(e.Weight, spec, dt)
+		// the table stands in as Convert will round it
+		t := rtnMatrix(e.Weight, spec, dt)
+		e.Weight = keep(t.deq)
+		tensor.Free(t.packed[:]...)
 	}
 	for _, d := range slices.Sorted(maps.Keys(depths)) {
 		mods := depths[d]
@@ -319,48 +323,106 @@ func runGPTQ(src string, opts ConvertOptions, decide gptqDecide, results map[str
 			return err
 		}
 		plans := map[*Gram]*gptqPlan{}
-		for _, mod := range mods {
-			weight := func() **tensor.Array {
-				if lin, ok := l.w.linears[mod]; ok {
-					return &lin.Weight
+		// quantize one [out, in] matrix with its Gram (nil: plain rounding)
+		one := func(mod string, w *tensor.Array, g *Gram, spec QuantSpec, dt tensor.DType) quantized {
+			if g == nil || g.Rows < g.In {
+				// unreached, or seen on fewer rows than inputs (an expert the
+				// calibration rarely routes to): the Gram is singular and
+				// GPTQ would fit its error to the few rows seen
+				return rtnMatrix(w, spec, dt)
+			}
+			if plans[g] == nil {
+				p, err := newGPTQPlan(g, opts.GPTQ.withDefaults(spec.GroupSize).Damp)
+				if err != nil {
+					panic(&tensor.Error{Op: "convert", Err: fmt.Errorf("gptq %s: %w", mod, err)})
 				}
-				return &l.w.embeds[mod].Weight
-			}()
+				plans[g] = p
+			}
+			return gptqMatrix(be, w, plans[g], spec, dt, opts.GPTQ)
+		}
+		for _, mod := range mods {
+			var weight **tensor.Array
+			var bank *SwitchLinear
+			switch {
+			case l.w.linears[mod] != nil:
+				weight = &l.w.linears[mod].Weight
+			case l.w.embeds[mod] != nil:
+				weight = &l.w.embeds[mod].Weight
+			default:
+				bank = l.w.banks[mod].bank
+				weight = &bank.Weight
+			}
 			w := *weight
 			spec, dt, ok := decide(mod, w.Shape(), stored(mod))
 			if !ok {
 				continue
 			}
-			g := grams[mod]
-			if g == nil { // not reached by the calibration: plain rounding
-				*weight = rounded(w, spec, dt)
+			if bank == nil {
+				q := one(mod, w, grams[mod], spec, dt)
+				results[mod] = q.packed
+				*weight = keep(q.deq)
 				continue
 			}
-			if plans[g] == nil {
-				p, err := newGPTQPlan(g, opts.GPTQ.withDefaults(spec.GroupSize).Damp)
-				if err != nil {
-					return fmt.Errorf("model: convert: gptq %s: %w", mod, err)
+			// a bank: each expert with the Gram of the rows routed to it
+			var parts [3][]*tensor.Array
+			var deqs []*tensor.Array
+			for e := range bank.Experts {
+				v := tensor.SliceAxis(w, 0, e, e+1)
+				we := tensor.Squeeze(v, 0)
+				v.Free()
+				q := one(expertKey(mod, e), we, grams[expertKey(mod, e)], spec, dt)
+				we.Free()
+				for i := range parts {
+					parts[i] = append(parts[i], q.packed[i])
 				}
-				plans[g] = p
+				deqs = append(deqs, q.deq)
 			}
-			out, in := w.Dim(0), w.Dim(1)
-			codes, s, b := gptqQuantize(w.Float32s(), out, in, plans[g], spec, dt, opts.GPTQ)
-			results[mod] = packAffine(be, codes, s, b, out, in, spec, dt)
-			deq := make([]float32, out*in)
-			ng := in / spec.GroupSize
-			for r := range out {
-				for c := range in {
-					k := r*ng + c/spec.GroupSize
-					deq[r*in+c] = s[k]*float32(codes[r*in+c]) + b[k]
-				}
+			var stacked [3]*tensor.Array
+			for i := range parts {
+				stacked[i] = tensor.Stack(parts[i], 0)
+				tensor.Detach(stacked[i])
+				tensor.Free(parts[i]...)
 			}
-			a := tensor.FromBytesOn(be, float32Bytes(deq), []int{out, in}, tensor.Float32, false)
-			tensor.Detach(a)
-			made = append(made, a)
-			*weight = a
+			results[mod] = stacked
+			*weight = keep(tensor.Stack(deqs, 0))
+			tensor.Free(deqs...)
 		}
 	}
 	return nil
+}
+
+// quantized is one matrix's packed weight, scales and biases, and its
+// dequantized float32 values (what the next layers' calibration sees).
+type quantized struct {
+	packed [3]*tensor.Array
+	deq    *tensor.Array
+}
+
+// rtnMatrix rounds w [out, in] as Convert does without calibration.
+func rtnMatrix(w *tensor.Array, spec QuantSpec, dt tensor.DType) quantized {
+	c := tensor.AsType(w, dt)
+	q, s, b := tensor.Quantize(c, spec.GroupSize, spec.Bits)
+	c.Free()
+	d := tensor.Dequantize(q, s, b, spec.GroupSize, spec.Bits, tensor.Float32)
+	tensor.Detach(q, s, b, d)
+	return quantized{[3]*tensor.Array{q, s, b}, d}
+}
+
+// gptqMatrix quantizes w [out, in] with GPTQ against plan.
+func gptqMatrix(be tensor.Backend, w *tensor.Array, plan *gptqPlan, spec QuantSpec, dt tensor.DType, opts GPTQOptions) quantized {
+	out, in := w.Dim(0), w.Dim(1)
+	codes, s, b := gptqQuantize(w.Float32s(), out, in, plan, spec, dt, opts)
+	deq := make([]float32, out*in)
+	ng := in / spec.GroupSize
+	for r := range out {
+		for c := range in {
+			k := r*ng + c/spec.GroupSize
+			deq[r*in+c] = s[k]*float32(codes[r*in+c]) + b[k]
+		}
+	}
+	d := tensor.FromBytesOn(be, float32Bytes(deq), []int{out, in}, tensor.Float32, false)
+	tensor.Detach(d)
+	return quantized{packAffine(be, codes, s, b, out, in, spec, dt), d}
 }
 
 // moduleDepth orders modules for sequential GPTQ: layer i's modules at

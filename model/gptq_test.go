@@ -267,8 +267,13 @@ func TestGPTQFixtures(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer rs.Close()
+			banks := 0
 			for _, name := range gs.Names() {
-				if !strings.HasSuffix(name, "self_attn.q_proj.weight") {
+				bank := strings.Contains(name, "switch_")
+				if bank && strings.HasSuffix(name, ".weight") {
+					banks++
+				}
+				if !strings.HasSuffix(name, "self_attn.q_proj.weight") && !(bank && strings.HasSuffix(name, "gate_proj.weight")) {
 					continue
 				}
 				a, _ := gs.Array(name, nil, true)
@@ -278,8 +283,8 @@ func TestGPTQFixtures(t *testing.T) {
 				}
 				tensor.Free(a, b)
 			}
-			if differs == 0 {
-				t.Error("GPTQ wrote the same q_proj codes as plain rounding")
+			if want := cfgLayers(t, src) + banks/3; differs != want {
+				t.Errorf("GPTQ changed %d of the %d q_proj and expert gate_proj weights plain rounding writes", differs, want)
 			}
 		})
 	}
@@ -354,4 +359,28 @@ func BenchmarkGPTQ(b *testing.B) {
 			tensor.Free(q, s, z)
 		}
 	})
+}
+
+// cfgLayers reads num_hidden_layers from a checkpoint's config.json.
+func cfgLayers(t *testing.T, dir string) int {
+	t.Helper()
+	cfg, err := ReadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Layers int `json:"num_hidden_layers"`
+	}
+	if err := json.Unmarshal(cfg.Raw, &c); err != nil || c.Layers == 0 {
+		var nested struct {
+			Text struct {
+				Layers int `json:"num_hidden_layers"`
+			} `json:"text_config"`
+		}
+		if json.Unmarshal(cfg.Raw, &nested) != nil || nested.Text.Layers == 0 {
+			t.Fatalf("no num_hidden_layers in %s", dir)
+		}
+		return nested.Text.Layers
+	}
+	return c.Layers
 }

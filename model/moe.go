@@ -2,6 +2,7 @@ package model
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -61,7 +62,8 @@ func (w *Weights) SparseMoE(name string, dim, hidden, experts, topK int, normTop
 			Down: w.SwitchLinear(name+".switch_mlp.down_proj", experts, hidden, dim),
 		}
 	case w.Has(name + ".experts.gate_up_proj"):
-		gu := w.load(w.must(name+".experts.gate_up_proj"), []int{experts, 2 * hidden, dim}, tensor.Invalid)
+		src := w.must(name + ".experts.gate_up_proj")
+		gu := w.load(src, []int{experts, 2 * hidden, dim}, tensor.Invalid)
 		half := func(lo int) *tensor.Array {
 			v := tensor.SliceAxis(gu, 1, lo, lo+hidden)
 			c := tensor.Contiguous(v)
@@ -76,6 +78,7 @@ func (w *Weights) SparseMoE(name string, dim, hidden, experts, topK int, normTop
 			Up:   &SwitchLinear{Weight: w.Own(u), Experts: experts, In: dim, Out: hidden},
 			Down: &SwitchLinear{Weight: down, Experts: experts, In: hidden, Out: dim},
 		}
+		w.registerBanks(strings.TrimSuffix(src, ".experts.gate_up_proj"), src, m.Experts)
 	default:
 		of := func(proj string) func(int) string {
 			return func(e int) string { return name + ".experts." + strconv.Itoa(e) + "." + proj }
@@ -85,6 +88,8 @@ func (w *Weights) SparseMoE(name string, dim, hidden, experts, topK int, normTop
 			Up:   w.StackedLinear(of("up_proj"), experts, dim, hidden),
 			Down: w.StackedLinear(of("down_proj"), experts, hidden, dim),
 		}
+		src := w.must(of("gate_proj")(0) + ".weight")
+		w.registerBanks(strings.TrimSuffix(src, ".experts.0.gate_proj.weight"), src, m.Experts)
 	}
 	return m
 }

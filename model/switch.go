@@ -15,6 +15,9 @@ type SwitchLinear struct {
 	GroupSize, Bits int
 	Experts, In     int
 	Out             int
+	// tap, when set, sees each expert's input rows (calibration); e = -1
+	// marks the end of a forward pass through the bank.
+	tap func(e int, x *tensor.Array)
 }
 
 // Quantized reports whether the bank is affine-quantized.
@@ -35,6 +38,13 @@ func (s *SwitchLinear) expert(e int) (*Linear, []*tensor.Array) {
 	return l, []*tensor.Array{l.Weight, l.Scales, l.Biases}
 }
 
+// observe hands expert e's input rows to the calibration tap, if any.
+func (s *SwitchLinear) observe(e int, x *tensor.Array) {
+	if s.tap != nil {
+		s.tap(e, x)
+	}
+}
+
 // SwitchLinear loads a stacked expert bank stored at name (name.weight
 // [E, out, in], or packed with name.scales and name.biases).
 func (w *Weights) SwitchLinear(name string, experts, in, out int) *SwitchLinear {
@@ -45,7 +55,9 @@ func (w *Weights) SwitchLinear(name string, experts, in, out int) *SwitchLinear 
 		s.GroupSize, s.Bits = spec.GroupSize, spec.Bits
 		return s
 	}
-	s.Weight = w.load(w.must(name+".weight"), []int{experts, out, in}, tensor.Invalid)
+	full := w.must(name + ".weight")
+	s.Weight = w.load(full, []int{experts, out, in}, tensor.Invalid)
+	w.banks[mod] = bankEntry{s, full}
 	return s
 }
 
@@ -172,12 +184,18 @@ func (s *SwitchGLU) grouped(x, inds *tensor.Array) *tensor.Array {
 		g, _ := s.Gate.expert(e)
 		u, _ := s.Up.expert(e)
 		dn, _ := s.Down.expert(e)
+		s.Gate.observe(e, xe)
+		s.Up.observe(e, xe)
 		h := glu(s.Act, g.Forward(xe), u.Forward(xe))
+		s.Down.observe(e, h)
 		outs = append(outs, dn.Forward(h))
 		for _, p := range slots[e] {
 			where[p] = int32(at)
 			at++
 		}
+	}
+	for _, b := range []*SwitchLinear{s.Gate, s.Up, s.Down} {
+		b.observe(-1, nil)
 	}
 	all := tensor.Concatenate(outs, 0)
 	perm := int32s(x.Backend(), where)

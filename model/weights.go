@@ -40,6 +40,7 @@ type Weights struct {
 	// calibration taps).
 	linears map[string]*Linear
 	embeds  map[string]*Embedding
+	banks   map[string]bankEntry
 	// cast, when valid, is the float type every float tensor is converted to.
 	cast tensor.DType
 }
@@ -51,7 +52,7 @@ func NewWeights(set *safetensors.Set, quant *QuantConfig, be tensor.Backend, cop
 		be = tensor.Default()
 	}
 	w := &Weights{set: set, be: be, copy: copy, quant: quant, used: map[string]bool{},
-		linears: map[string]*Linear{}, embeds: map[string]*Embedding{}}
+		linears: map[string]*Linear{}, embeds: map[string]*Embedding{}, banks: map[string]bankEntry{}}
 	for _, p := range Prefixes {
 		if set.Has(p+"embed_tokens.weight") || set.Has(p+"embed_tokens.scales") {
 			w.prefix = p
@@ -236,4 +237,19 @@ func (w *Weights) packed(mod string, spec QuantSpec, lead []int, out, in int) (w
 		w.failf(mod+".scales", "dtype %s, want a float type", scales.DType())
 	}
 	return wq, scales, biases
+}
+
+// bankEntry is an expert bank with the stored tensor it was loaded from.
+type bankEntry struct {
+	bank *SwitchLinear
+	src  string
+}
+
+// registerBanks records the experts of a block whose module path is base
+// (full, "model.layers.0.mlp") under the paths Convert stacks them to
+// (bankName), src being the stored tensor they came from.
+func (w *Weights) registerBanks(base, src string, g *SwitchGLU) {
+	for proj, b := range map[string]*SwitchLinear{"gate_proj": g.Gate, "up_proj": g.Up, "down_proj": g.Down} {
+		w.banks[bankName(base)+proj] = bankEntry{b, src}
+	}
 }

@@ -35,6 +35,7 @@ func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	dtype := fl.String("dtype", "", "float type of unquantized weights (float16, bfloat16, float32; default: as stored)")
 	var overrides []string
 	fl.StringArrayVar(&overrides, "q-override", nil, "per-module quantization, MODULE=BITS[:GROUP] or MODULE=false (repeatable)")
+	backend := fl.String("backend", "cpu", "compute backend for quantizing and GPTQ calibration: cpu, mlx, or auto")
 	method := fl.String("q-method", model.MethodRTN, "rounding: rtn (min–max per group, as mlx-lm) or gptq (error-compensating, calibrated)")
 	var cal calibFlags
 	fl.StringVar(&cal.file, "calib-file", "", "gptq: calibration text (plain text, or JSON lines with a \"text\" field); default: text sampled from the model itself")
@@ -81,6 +82,11 @@ func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		}
 		opts.Overrides = append(opts.Overrides, model.Override{Match: mod, Spec: spec})
 	}
+	be, _, err := chooseBackend(*backend, stderr)
+	if err != nil {
+		return err
+	}
+	opts.Backend = be
 	switch *method {
 	case model.MethodRTN:
 	case model.MethodGPTQ:
@@ -90,7 +96,7 @@ func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		if cal.samples < 1 || cal.seqLen < 2 {
 			return fmt.Errorf("%w: --calib-samples must be ≥ 1 and --calib-seq-len ≥ 2", errUsage)
 		}
-		seqs, err := calibration(*src, cal, stderr)
+		seqs, err := calibration(*src, cal, be, stderr)
 		if err != nil {
 			return err
 		}
@@ -101,7 +107,7 @@ func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err := model.Convert(*src, *dst, opts); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(stdout, "wrote %s\n", *dst)
+	_, err = fmt.Fprintf(stdout, "wrote %s\n", *dst)
 	return err
 }
 
@@ -117,7 +123,7 @@ type calibFlags struct {
 // float model samples itself from its start token (the tokenizer's BOS,
 // else config.json's bos or eos id). Each sequence starts with the
 // tokenizer's special prefix (BOS) where it has one, as prompts do.
-func calibration(src string, c calibFlags, stderr io.Writer) ([][]int32, error) {
+func calibration(src string, c calibFlags, be tensor.Backend, stderr io.Writer) ([][]int32, error) {
 	tok, err := tokenizer.Load(src)
 	if err != nil && c.file != "" {
 		return nil, fmt.Errorf("--calib-file needs the model's tokenizer: %w", err)
@@ -135,7 +141,7 @@ func calibration(src string, c calibFlags, stderr io.Writer) ([][]int32, error) 
 			}
 			start = []int32{id}
 		}
-		m, err := model.Load(src, &model.LoadOptions{DType: tensor.Float32})
+		m, err := model.Load(src, &model.LoadOptions{Backend: be, DType: tensor.Float32})
 		if err != nil {
 			return nil, err
 		}

@@ -61,9 +61,9 @@ func Attend(q, k, v *tensor.Array, c kv.Cache, mask kv.Mask, scale float32) *ten
 // caches[layer], computed before the cache is updated (call it once per
 // forward for each distinct cache layout and share it). window 0 means
 // full causal attention. Without caches it is the plain causal mask,
-// windowed when asked. The mask array, if any, is made in the current
-// scope.
-func LayerMask(caches []kv.Cache, layer, t, window int) kv.Mask {
+// windowed when asked. The mask array, if any, is made on be (the
+// model's backend) in the current scope.
+func LayerMask(caches []kv.Cache, layer, t, window int, be tensor.Backend) kv.Mask {
 	if caches != nil && caches[layer] != nil {
 		return caches[layer].MakeMask(t, window, false)
 	}
@@ -73,13 +73,15 @@ func LayerMask(caches []kv.Cache, layer, t, window int) kv.Mask {
 		}
 		return kv.Mask{Kind: tensor.MaskCausal}
 	}
-	raw := make([]bool, t*t)
+	raw := make([]byte, t*t)
 	for i := range t {
 		for j := range t {
-			raw[i*t+j] = j <= i && i < j+window
+			if j <= i && i < j+window {
+				raw[i*t+j] = 1
+			}
 		}
 	}
-	return kv.Mask{Kind: tensor.MaskArray, Array: tensor.FromBools(raw, []int{t, t})}
+	return kv.Mask{Kind: tensor.MaskArray, Array: tensor.FromBytesOn(be, raw, []int{t, t}, tensor.Bool, false)}
 }
 
 // EmbedInputs embeds ids [B, T] and merges precomputed embeddings from

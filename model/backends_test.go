@@ -2,6 +2,8 @@ package model
 
 import (
 	"errors"
+	"math"
+	"path/filepath"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/mlxffi"
@@ -44,4 +46,53 @@ func withDefault(t *testing.T, be tensor.Backend, f func(t *testing.T, be tensor
 	tensor.SetDefault(be)
 	defer tensor.SetDefault(prev)
 	f(t, be)
+}
+
+// TestLoadOnOtherBackend loads a sliding-window model on MLX while the
+// default backend stays the CPU one (what `mlxgo convert --backend mlx`
+// does) and runs a prompt longer than the window without caches: the
+// windowed mask must be made on the model's backend, and the logits equal
+// the CPU model's. Skips without libmlxc.
+func TestLoadOnOtherBackend(t *testing.T) {
+	mlx, err := mlxffi.Open()
+	if errors.Is(err, mlxffi.ErrNotFound) {
+		t.Skip("libmlxc not found: MLX variant skipped")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tensor.Default() == mlx {
+		t.Fatal("default backend is MLX; this test needs another default")
+	}
+	src := filepath.Join("testdata", "gemma4_dense", "f32")
+	prompt := fixturePrompt(t, "gemma4_dense")
+	cpu := loadGemma4(t, src)
+	want := logitsOf(t, cpu, prompt, 0)
+	cpu.Close()
+	m, err := Load(src, &LoadOptions{Backend: mlx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	sc := tensor.NewScope()
+	defer sc.Close()
+	h, err := m.Forward(tensor.FromBytesOn(mlx, int32Bytes(prompt), []int{1, len(prompt)}, tensor.Int32, false), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg, err := m.Logits(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lg.Float32s()
+	v := len(got) / len(prompt)
+	worst := 0.0
+	for p := range prompt {
+		for j := range v {
+			worst = math.Max(worst, math.Abs(float64(got[p*v+j]-want[p][j])))
+		}
+	}
+	if worst > 1e-3 {
+		t.Errorf("MLX logits differ from the CPU model's by %.3g", worst)
+	}
 }

@@ -229,7 +229,7 @@ func (m *Gemma4) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOpti
 	masks := map[string]kv.Mask{}
 	for i, b := range m.Blocks {
 		if _, ok := masks[b.spec.Type]; !ok && !b.spec.Shared {
-			masks[b.spec.Type] = LayerMask(caches, i, t, b.window)
+			masks[b.spec.Type] = LayerMask(caches, i, t, b.window, h.Backend())
 		}
 	}
 	kvs := make([]kv.KV, len(m.Blocks))

@@ -182,7 +182,7 @@ func (m *Llama) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOptio
 	sc := tensor.NewScope()
 	defer sc.Close()
 	h := EmbedInputs(m.Embed, ids, opts)
-	mask := LayerMask(caches, 0, ids.Dim(1), 0)
+	mask := LayerMask(caches, 0, ids.Dim(1), 0, h.Backend())
 	for i, b := range m.Layers {
 		var c kv.Cache
 		if caches != nil {

@@ -43,13 +43,16 @@ func positionLogits(t *testing.T, m model.Model, ids []int32) [][]float32 {
 //   - rtn: plain min–max rounding, mlx-lm's method — the shipped q4 folder,
 //     which Convert must reproduce byte for byte.
 //   - gptq: calibrated on 16 sequences the float model samples itself.
+//   - gptq-g32: the same with groups of 32 (still 4-bit codes; scales and
+//     biases cost 1 bit per weight instead of 0.5).
 //
 // The bar is a mean logit cosine of 0.99 over the prompts' last positions
-// for both methods, no prompt end below 0.98, and GPTQ closer to float32
-// than plain rounding over all positions. Measured (CPU): rtn prompt ends
-// mean 0.9926 (min 0.985), all positions mean 0.9876; gptq prompt ends
-// mean 0.9929 (min 0.986), all positions mean 0.9897. The early positions
-// of the long passage are where both dip (to 0.93).
+// for every method, no prompt end below 0.98, GPTQ closer to float32 than
+// plain rounding over all positions, and GPTQ at group 32 at 0.99 over
+// all positions. Measured (CPU): rtn prompt ends mean 0.9926 (min 0.985),
+// all positions mean 0.9876; gptq 0.9929 (min 0.986) and 0.9897; gptq-g32
+// 0.9952 (min 0.988) and 0.9917. The early positions of the long passage
+// are where all dip (to 0.93).
 func TestQuantizedCosineF32(t *testing.T) {
 	defer tensortest.NoLeaks(t)()
 	cacheDir(t)
@@ -92,7 +95,11 @@ func TestQuantizedCosineF32(t *testing.T) {
 		t.Errorf("convert -q does not reproduce the shipped q4 weights (%v, %v)", err1, err2)
 	}
 	allMean := map[string]float64{}
-	for _, c := range []struct{ name, dir string }{{"rtn", rtn}, {"gptq", gptq}} {
+	g32 := filepath.Join(tmp, "gptq32")
+	if err := model.Convert(bdir, g32, model.ConvertOptions{Quantize: true, GroupSize: 32, Method: model.MethodGPTQ, Calibration: calib}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, dir string }{{"rtn", rtn}, {"gptq", gptq}, {"gptq-g32", g32}} {
 		m, err := model.Load(c.dir, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -122,6 +129,9 @@ func TestQuantizedCosineF32(t *testing.T) {
 		if endMin < 0.98 {
 			t.Errorf("%s: a prompt end at cosine %.4f < 0.98", c.name, endMin)
 		}
+	}
+	if allMean["gptq-g32"] < 0.99 {
+		t.Errorf("gptq, group 32: mean cosine over all positions %.4f < 0.99", allMean["gptq-g32"])
 	}
 	if allMean["gptq"] <= allMean["rtn"] {
 		t.Errorf("gptq (%.4f) is no closer to float32 than plain rounding (%.4f)", allMean["gptq"], allMean["rtn"])

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -258,6 +259,9 @@ func Convert(src, dst string, opts ConvertOptions) (err error) {
 		put(key, st)
 	}
 
+	if len(gptqOut) > 0 { // every calibrated module must have found its tensor
+		return fmt.Errorf("model: convert: gptq quantized modules the checkpoint does not store under those names: %v", slices.Sorted(maps.Keys(gptqOut)))
+	}
 	if err := safetensors.WriteArrays(filepath.Join(dst, safetensors.SingleName), out, map[string]string{"format": "mlx"}); err != nil {
 		return fmt.Errorf("model: convert: %w", err)
 	}

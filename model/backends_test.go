@@ -76,7 +76,7 @@ func TestLoadOnOtherBackend(t *testing.T) {
 	defer m.Close()
 	sc := tensor.NewScope()
 	defer sc.Close()
-	h, err := m.Forward(tensor.FromBytesOn(mlx, int32Bytes(prompt), []int{1, len(prompt)}, tensor.Int32, false), nil, nil)
+	h, err := m.Forward(int32s(mlx, prompt, 1, len(prompt)), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package model
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -147,7 +146,7 @@ func collectGrams(l *Loaded, seqs [][]int32, want map[string]bool) (grams map[st
 			}()
 			sc := tensor.NewScope()
 			defer sc.Close()
-			ids := tensor.FromBytesOn(be, int32Bytes(s), []int{1, len(s)}, tensor.Int32, false)
+			ids := int32s(be, s, 1, len(s))
 			h := l.arch.Forward(ids, nil, nil)
 			l.arch.Logits(h)
 		})
@@ -168,10 +167,7 @@ func SampleSequences(m Model, start []int32, n, length int, seed uint64) ([][]in
 		return nil, fmt.Errorf("model: sampling needs n ≥ 1, a start and a length beyond it (got n %d, %d of %d)", n, len(start), length)
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x6d6c78676f))
-	be := tensor.Default()
-	if l, ok := m.(*Loaded); ok {
-		be = l.w.Backend()
-	}
+	be := backendOf(m)
 	out := make([][]int32, 0, n)
 	for len(out) < n {
 		seqs, err := sampleBatch(m, be, start, min(n-len(out), sampleBatchSize), length, rng)
@@ -181,6 +177,15 @@ func SampleSequences(m Model, start []int32, n, length int, seed uint64) ([][]in
 		out = append(out, seqs...)
 	}
 	return out, nil
+}
+
+// backendOf is the backend m's weights live on (the default backend for a
+// Model that is not a *Loaded).
+func backendOf(m Model) tensor.Backend {
+	if l, ok := m.(*Loaded); ok {
+		return l.w.Backend()
+	}
+	return tensor.Default()
 }
 
 // sampleBatchSize bounds how many sequences SampleSequences decodes at once.
@@ -203,7 +208,7 @@ func sampleBatch(m Model, be tensor.Backend, start []int32, b, length int, rng *
 			defer sc.Close()
 			t := len(next) / b
 			var ids *tensor.Array
-			if err := tensor.Try(func() { ids = tensor.FromBytesOn(be, int32Bytes(next), []int{b, t}, tensor.Int32, false) }); err != nil {
+			if err := tensor.Try(func() { ids = int32s(be, next, b, t) }); err != nil {
 				return err
 			}
 			h, err := m.Forward(ids, caches, nil)
@@ -254,13 +259,4 @@ func sampleSoftmax(logits []float32, rng *rand.Rand) int32 {
 		r -= v
 	}
 	return int32(len(p) - 1)
-}
-
-// int32Bytes is ids as little-endian bytes.
-func int32Bytes(ids []int32) []byte {
-	raw := make([]byte, 4*len(ids))
-	for i, v := range ids {
-		binary.LittleEndian.PutUint32(raw[4*i:], uint32(v))
-	}
-	return raw
 }

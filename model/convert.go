@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -238,12 +237,7 @@ func Convert(src, dst string, opts ConvertOptions) (err error) {
 			out[name] = a
 		}
 	}
-	keys := make([]string, 0, len(stacks))
-	for k := range stacks {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, key := range keys {
+	for _, key := range slices.Sorted(maps.Keys(stacks)) {
 		experts := stacks[key]
 		parts := make([]*tensor.Array, len(experts))
 		for e := range parts {

@@ -2,7 +2,6 @@ package model
 
 import (
 	"math"
-	"strings"
 
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -81,23 +80,7 @@ func loadGemma4MoE(w *Weights, p string, cfg *gemma4Config, dt tensor.DType, act
 		}
 	default:
 		// transformers' layout: gate and up fused along the output rows
-		src := w.must(name + ".gate_up_proj")
-		gu := w.load(src, []int{e, 2 * hid, d}, tensor.Invalid)
-		half := func(lo int) *tensor.Array {
-			v := tensor.SliceAxis(gu, 1, lo, lo+hid)
-			c := tensor.Contiguous(v)
-			v.Free()
-			return c
-		}
-		g, u := half(0), half(hid)
-		w.disown(gu)
-		down := w.load(w.must(name+".down_proj"), []int{e, d, hid}, tensor.Invalid)
-		m.Experts = &SwitchGLU{
-			Gate: &SwitchLinear{Weight: w.Own(g), Experts: e, In: d, Out: hid},
-			Up:   &SwitchLinear{Weight: w.Own(u), Experts: e, In: d, Out: hid},
-			Down: &SwitchLinear{Weight: down, Experts: e, In: hid, Out: d},
-		}
-		w.registerBanks(strings.TrimSuffix(src, ".experts.gate_up_proj"), src, m.Experts)
+		m.Experts = w.FusedExperts(name, e, d, hid)
 	}
 	m.Experts.Act = act
 	m.PreNorm2 = w.RMSNorm(p+"pre_feedforward_layernorm_2", d, cfg.Eps)

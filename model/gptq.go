@@ -24,11 +24,6 @@ type GPTQOptions struct {
 	// pushed into the remaining columns in one pass (default 128, rounded
 	// to a multiple of the group size).
 	BlockSize int
-	// RangeSteps is how many shrunk ranges (100%, 99%, … of a group's
-	// min–max span, about its centre) are tried for each group's scale and
-	// bias, keeping the one with the least squared error; 0 or 1 keeps
-	// MLX's plain min–max grid.
-	RangeSteps int
 	// TiedEmbeddings also runs GPTQ on an embedding table that doubles as
 	// the output head, against the head's inputs. Off by default: the
 	// table is also looked up row by row as the model's input, where the
@@ -150,7 +145,7 @@ func gptqQuantize(w []float32, out, in int, plan *gptqPlan, spec QuantSpec, dt t
 					g := c / gs
 					if c%gs == 0 {
 						copy(group, row[c:c+gs])
-						scales[r*ng+g], biases[r*ng+g] = groupGrid(group, bits, dt, opts.RangeSteps)
+						scales[r*ng+g], biases[r*ng+g] = groupGrid(group, bits, dt)
 					}
 					s, z := float64(scales[r*ng+g]), float64(biases[r*ng+g])
 					v := row[c]
@@ -211,41 +206,16 @@ func quantCode(v, s, z float64, bits int) uint8 {
 	return uint8(min(max(q, 0), top))
 }
 
-// groupGrid picks one group's scale and bias: MLX's min–max grid, or with
-// steps > 1 the best (least squared error) of ranges shrunk about the
-// group's centre to 100%, 99%, … of its span. Both are rounded to dt.
-func groupGrid(v []float64, bits int, dt tensor.DType, steps int) (scale, bias float32) {
+// groupGrid picks one group's scale and bias: its min–max grid, both
+// rounded to dt (the type they are stored in), so that codes are chosen
+// against exactly what the checkpoint will dequantize with.
+func groupGrid(v []float64, bits int, dt tensor.DType) (scale, bias float32) {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, x := range v {
 		lo, hi = min(lo, x), max(hi, x)
 	}
-	top := float64(int(1)<<bits - 1)
-	grid := func(p float64) (float32, float32) {
-		c, half := (lo+hi)/2, (hi-lo)/2*p
-		s := max(2*half/top, 1e-7)
-		return tensor.RoundTo(float32(s), dt), tensor.RoundTo(float32(c-half), dt)
-	}
-	scale, bias = grid(1)
-	if steps <= 1 {
-		return scale, bias
-	}
-	sqErr := func(s, z float32) float64 {
-		e := 0.0
-		for _, x := range v {
-			q := quantCode(x, float64(s), float64(z), bits)
-			d := x - (float64(s)*float64(q) + float64(z))
-			e += d * d
-		}
-		return e
-	}
-	best := sqErr(scale, bias)
-	for i := 1; i < steps; i++ {
-		s, z := grid(1 - 0.01*float64(i))
-		if e := sqErr(s, z); e < best {
-			best, scale, bias = e, s, z
-		}
-	}
-	return scale, bias
+	s := max((hi-lo)/float64(int(1)<<bits-1), 1e-7)
+	return tensor.RoundTo(float32(s), dt), tensor.RoundTo(float32(lo), dt)
 }
 
 // gptqDecide says how Convert will store a module: its spec, the float

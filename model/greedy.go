@@ -19,17 +19,13 @@ func Greedy(m Model, prompt []int32, maxTokens, chunk int, stop func(id int32) b
 	}
 	caches := m.MakeCaches()
 	defer FreeCaches(caches)
-	be := tensor.Default()
+	be := backendOf(m)
 	var last int32
 	step := func(ids []int32) error {
 		sc := tensor.NewScope()
 		defer sc.Close()
-		raw := make([]byte, 4*len(ids))
-		for i, v := range ids {
-			binary.LittleEndian.PutUint32(raw[4*i:], uint32(v))
-		}
 		var in *tensor.Array
-		if err := tensor.Try(func() { in = tensor.FromBytesOn(be, raw, []int{1, len(ids)}, tensor.Int32, false) }); err != nil {
+		if err := tensor.Try(func() { in = int32s(be, ids, 1, len(ids)) }); err != nil {
 			return err
 		}
 		h, err := m.Forward(in, caches, nil)

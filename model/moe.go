@@ -62,23 +62,7 @@ func (w *Weights) SparseMoE(name string, dim, hidden, experts, topK int, normTop
 			Down: w.SwitchLinear(name+".switch_mlp.down_proj", experts, hidden, dim),
 		}
 	case w.Has(name + ".experts.gate_up_proj"):
-		src := w.must(name + ".experts.gate_up_proj")
-		gu := w.load(src, []int{experts, 2 * hidden, dim}, tensor.Invalid)
-		half := func(lo int) *tensor.Array {
-			v := tensor.SliceAxis(gu, 1, lo, lo+hidden)
-			c := tensor.Contiguous(v)
-			v.Free()
-			return c
-		}
-		g, u := half(0), half(hidden)
-		w.disown(gu)
-		down := w.load(w.must(name+".experts.down_proj"), []int{experts, dim, hidden}, tensor.Invalid)
-		m.Experts = &SwitchGLU{
-			Gate: &SwitchLinear{Weight: w.Own(g), Experts: experts, In: dim, Out: hidden},
-			Up:   &SwitchLinear{Weight: w.Own(u), Experts: experts, In: dim, Out: hidden},
-			Down: &SwitchLinear{Weight: down, Experts: experts, In: hidden, Out: dim},
-		}
-		w.registerBanks(strings.TrimSuffix(src, ".experts.gate_up_proj"), src, m.Experts)
+		m.Experts = w.FusedExperts(name+".experts", experts, dim, hidden)
 	default:
 		of := func(proj string) func(int) string {
 			return func(e int) string { return name + ".experts." + strconv.Itoa(e) + "." + proj }

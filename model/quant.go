@@ -3,8 +3,8 @@ package model
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -80,12 +80,7 @@ func parseQuant(quant, quantConfig json.RawMessage) (*QuantConfig, error) {
 		return nil, fmt.Errorf("%w: config.json %s: %v", ErrCheckpoint, key, err)
 	}
 	q := &QuantConfig{Mode: "affine", QuantSpec: QuantSpec{GroupSize: 64, Bits: 4}, Modules: map[string]*QuantSpec{}}
-	keys := make([]string, 0, len(fields))
-	for k := range fields {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
 		v := fields[k]
 		var err error
 		switch k {

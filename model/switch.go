@@ -3,6 +3,7 @@ package model
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -79,6 +80,31 @@ func (w *Weights) StackedLinear(nameOf func(e int) string, experts, in, out int)
 		w.disown(p)
 	}
 	return &SwitchLinear{Weight: w.Own(stacked), Experts: experts, In: in, Out: out}
+}
+
+// FusedExperts loads transformers 5's expert layout at name:
+// name.gate_up_proj [E, 2·hidden, dim] (gate rows first, then up) split
+// into two banks, and name.down_proj [E, dim, hidden]. Convert stacks
+// them under bankName of the block.
+func (w *Weights) FusedExperts(name string, experts, dim, hidden int) *SwitchGLU {
+	src := w.must(name + ".gate_up_proj")
+	gu := w.load(src, []int{experts, 2 * hidden, dim}, tensor.Invalid)
+	half := func(lo int) *tensor.Array {
+		v := tensor.SliceAxis(gu, 1, lo, lo+hidden)
+		c := tensor.Contiguous(v)
+		v.Free()
+		return w.Own(c)
+	}
+	g, u := half(0), half(hidden)
+	w.disown(gu)
+	down := w.load(w.must(name+".down_proj"), []int{experts, dim, hidden}, tensor.Invalid)
+	s := &SwitchGLU{
+		Gate: &SwitchLinear{Weight: g, Experts: experts, In: dim, Out: hidden},
+		Up:   &SwitchLinear{Weight: u, Experts: experts, In: dim, Out: hidden},
+		Down: &SwitchLinear{Weight: down, Experts: experts, In: hidden, Out: dim},
+	}
+	w.registerBanks(strings.TrimSuffix(src, ".experts.gate_up_proj"), src, s)
+	return s
 }
 
 // disown frees a loaded array that was only an intermediate.
@@ -204,11 +230,15 @@ func (s *SwitchGLU) grouped(x, inds *tensor.Array) *tensor.Array {
 	return tensor.Reshape(y, shape...)
 }
 
-// int32s makes a 1-D int32 array on be.
-func int32s(be tensor.Backend, v []int32) *tensor.Array {
+// int32s makes an int32 array of v on be, shaped shape (1-D when none is
+// given).
+func int32s(be tensor.Backend, v []int32, shape ...int) *tensor.Array {
+	if len(shape) == 0 {
+		shape = []int{len(v)}
+	}
 	raw := make([]byte, 4*len(v))
 	for i, x := range v {
 		binary.LittleEndian.PutUint32(raw[4*i:], uint32(x))
 	}
-	return tensor.FromBytesOn(be, raw, []int{len(v)}, tensor.Int32, false)
+	return tensor.FromBytesOn(be, raw, shape, tensor.Int32, false)
 }

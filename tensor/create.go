@@ -2,7 +2,6 @@ package tensor
 
 import (
 	"encoding/binary"
-	"fmt"
 	"math"
 )
 
@@ -234,6 +233,3 @@ func normAxis(ax, ndim int, op string) int {
 	}
 	return ax
 }
-
-// shapeString helps error messages.
-func shapeString(a *Array) string { return fmt.Sprint(a.shape) }

@@ -221,7 +221,7 @@ func GatherQMM(x, wq, scales, biases, lhsIndices, rhsIndices *Array, transpose b
 	if x.shape[x.NDim()-1] != inner {
 		throw("GatherQMM", ErrShape, "input %v, weight %v: inner dims differ", x.shape, wq.shape)
 	}
-	idxShape := rhsIndices.shape
+	var idxShape []int
 	if lhsIndices != nil {
 		checkIndices("GatherQMM", lhsIndices)
 		s, ok := BroadcastShapes(lhsIndices.shape, rhsIndices.shape)
@@ -231,10 +231,10 @@ func GatherQMM(x, wq, scales, biases, lhsIndices, rhsIndices *Array, transpose b
 		idxShape = s
 	} else {
 		// without lhs indices x's batch dims must broadcast with the indices
-		if _, ok := BroadcastShapes(x.shape[:x.NDim()-2], rhsIndices.shape); !ok {
+		s, ok := BroadcastShapes(x.shape[:x.NDim()-2], rhsIndices.shape)
+		if !ok {
 			throw("GatherQMM", ErrShape, "input batch %v and indices %v", x.shape[:x.NDim()-2], rhsIndices.shape)
 		}
-		s, _ := BroadcastShapes(x.shape[:x.NDim()-2], rhsIndices.shape)
 		idxShape = s
 	}
 	shape := append(slices.Clone(idxShape), x.shape[x.NDim()-2], outer)
@@ -245,9 +245,7 @@ func GatherQMM(x, wq, scales, biases, lhsIndices, rhsIndices *Array, transpose b
 
 // Key makes a PRNG key from a seed, as mlx.random.key does: the uint32 pair
 // (seed>>32, seed&0xffffffff).
-func Key(seed uint64) *Array {
-	return FromUint32([]uint32{uint32(seed >> 32), uint32(seed)}, []int{2})
-}
+func Key(seed uint64) *Array { return KeyOn(Default(), seed) }
 
 // KeyOn is Key on a given backend.
 func KeyOn(be Backend, seed uint64) *Array {

@@ -17,6 +17,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -222,14 +223,14 @@ func (c *checker) in(shape []int, dt tensor.DType, g gen, lay layout) (*tensor.A
 	switch {
 	case lay == transposed && len(shape) >= 2:
 		nd := len(shape)
-		bs := cloneInts(shape)
+		bs := slices.Clone(shape)
 		bs[nd-1], bs[nd-2] = bs[nd-2], bs[nd-1]
 		base, bv := c.in(bs, dt, g, dense)
 		v := c.T(tensor.SwapAxes(base, -1, -2))
 		return v, transposeRef(bv, bs, swapPerm(nd, nd-2, nd-1))
 	case (lay == strided || lay == transposed) && len(shape) >= 1:
 		nd := len(shape)
-		bs := cloneInts(shape)
+		bs := slices.Clone(shape)
 		bs[nd-1] = 2*shape[nd-1] + 1
 		base, bv := c.in(bs, dt, g, dense)
 		start := make([]int, nd)
@@ -257,7 +258,7 @@ func (c *checker) in(shape []int, dt tensor.DType, g gen, lay layout) (*tensor.A
 		if ax < 0 {
 			return c.in(shape, dt, g, dense)
 		}
-		bs := cloneInts(shape)
+		bs := slices.Clone(shape)
 		bs[ax] = 1
 		base, bv := c.in(bs, dt, g, dense)
 		v := c.T(tensor.BroadcastTo(base, shape...))
@@ -317,20 +318,28 @@ func tolFor(dt tensor.DType, loose bool) tol {
 // NaN must match NaN and infinities must match exactly.
 func (c *checker) check(what string, got *tensor.Array, shape []int, dt tensor.DType, want []float64, tl tol) bool {
 	c.t.Helper()
-	if got == nil {
-		c.Errorf("%s: nil result", what)
-		return false
-	}
-	if !equalInts(got.Shape(), shape) {
-		c.Errorf("%s: shape %v, want %v", what, got.Shape(), shape)
-		return false
-	}
-	if got.DType() != dt {
-		c.Errorf("%s: dtype %s, want %s", what, got.DType(), dt)
+	if !c.checkLayout(what, got, shape, dt) {
 		return false
 	}
 	g := vals(got)
 	return c.compare(what, g, shape, want, dt.IsFloat(), tl)
+}
+
+// checkLayout reports (and records as an error) a nil result or one whose
+// shape or dtype is not the expected one.
+func (c *checker) checkLayout(what string, got *tensor.Array, shape []int, dt tensor.DType) bool {
+	c.t.Helper()
+	switch {
+	case got == nil:
+		c.Errorf("%s: nil result", what)
+	case !slices.Equal(got.Shape(), shape):
+		c.Errorf("%s: shape %v, want %v", what, got.Shape(), shape)
+	case got.DType() != dt:
+		c.Errorf("%s: dtype %s, want %s", what, got.DType(), dt)
+	default:
+		return true
+	}
+	return false
 }
 
 func (c *checker) compare(what string, g []float64, shape []int, want []float64, isFloat bool, tl tol) bool {

@@ -279,6 +279,22 @@ func (s sdpaCase) String() string {
 	return r
 }
 
+// checkSDPA draws the sinks s asks for (after the other inputs, so each
+// case keeps its random stream), runs SDPA with o and compares the result
+// with sdpaRef over the same inputs, mask (keep, add) and scale.
+func (c *checker) checkSDPA(s sdpaCase, dt tensor.DType, q, k, v *tensor.Array, o tensor.SDPAOptions, qv, kv, vv []float64,
+	keep func(b, h, i, j int) bool, add func(b, h, i, j int) float64, scale float64) {
+	c.t.Helper()
+	var sv []float64
+	if s.sinks {
+		o.Sinks, sv = c.in([]int{s.hq}, dt, uni(-1, 2), dense)
+	}
+	want := sdpaRef(s, qv, kv, vv, keep, add, sv, scale)
+	tl := tolFor(dt, true)
+	tl.atol = max(tl.atol, 2*unitRoundoff(dt))
+	c.check("SDPA", c.T(tensor.ScaledDotProductAttention(q, k, v, o)), []int{s.b, s.hq, s.tq, s.dv}, dt, want, tl)
+}
+
 // sdpaRef computes attention row by row in float64; keep(b,h,i,j) and
 // add(b,h,i,j) describe the mask, sinks may be nil.
 func sdpaRef(s sdpaCase, q, k, v []float64, keep func(b, h, i, j int) bool, add func(b, h, i, j int) float64, sinks []float64, scale float64) []float64 {
@@ -373,7 +389,6 @@ func sdpaCases() []testCase {
 				}
 				keep := func(b, h, i, j int) bool { return true }
 				add := func(b, h, i, j int) float64 { return 0 }
-				full := []int{s.b, s.hq, s.tq, s.tk}
 				switch s.mask {
 				case "causal":
 					o.MaskKind = tensor.MaskCausal
@@ -409,17 +424,7 @@ func sdpaCases() []testCase {
 					keep = func(b, h, i, j int) bool { return !math.IsInf(mv[bcastIndex([]int{b, h, i, j}, s.maskShape)], -1) }
 					add = func(b, h, i, j int) float64 { return mv[bcastIndex([]int{b, h, i, j}, s.maskShape)] }
 				}
-				_ = full
-				var sv []float64
-				if s.sinks {
-					var sk *tensor.Array
-					sk, sv = c.in([]int{s.hq}, dt, uni(-1, 2), dense)
-					o.Sinks = sk
-				}
-				want := sdpaRef(s, qv, kv, vv, keep, add, sv, scale)
-				tl := tolFor(dt, true)
-				tl.atol = max(tl.atol, 2*unitRoundoff(dt))
-				c.check("SDPA", c.T(tensor.ScaledDotProductAttention(q, k, v, o)), []int{s.b, s.hq, s.tq, s.dv}, dt, want, tl)
+				c.checkSDPA(s, dt, q, k, v, o, qv, kv, vv, keep, add, scale)
 			}})
 		}
 	}

@@ -2,6 +2,7 @@ package backendtest
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -261,7 +262,7 @@ func layoutCases() []testCase {
 				}
 				nd := len(ct.shapes[0])
 				ax := (ct.axis + nd) % nd
-				shape := cloneInts(ct.shapes[0])
+				shape := slices.Clone(ct.shapes[0])
 				shape[ax] = 0
 				for _, s := range ct.shapes {
 					shape[ax] += s[ax]

@@ -3,6 +3,7 @@ package backendtest
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -12,12 +13,7 @@ import (
 // rtol·|want| + k·scale[i], the error model of sums: scale is Σ|terms|.
 func (c *checker) checkScaled(what string, got *tensor.Array, shape []int, dt tensor.DType, want, scale []float64, rtol, k float64) bool {
 	c.t.Helper()
-	if !equalInts(got.Shape(), shape) {
-		c.Errorf("%s: shape %v, want %v", what, got.Shape(), shape)
-		return false
-	}
-	if got.DType() != dt {
-		c.Errorf("%s: dtype %s, want %s", what, got.DType(), dt)
+	if !c.checkLayout(what, got, shape, dt) {
 		return false
 	}
 	g := vals(got)
@@ -247,7 +243,7 @@ func indexingCases() []testCase {
 				ax := (al.axis + len(al.as)) % len(al.as)
 				a, av := c.in(al.as, dt, ints(-50, 50), transposed)
 				idx, iv := c.in(al.is, tensor.Int32, ints(0, al.as[ax]-1), dense)
-				shape := cloneInts(al.as)
+				shape := slices.Clone(al.as)
 				for d := range shape {
 					if d == ax {
 						shape[d] = al.is[d]
@@ -259,7 +255,7 @@ func indexingCases() []testCase {
 				for o := range want {
 					oi := unravel(o, shape)
 					k := int(iv[bcastIndex(oi, al.is)])
-					src := cloneInts(oi)
+					src := slices.Clone(oi)
 					for d := range src {
 						if al.as[d] == 1 {
 							src[d] = 0
@@ -297,7 +293,7 @@ func indexingCases() []testCase {
 					want := append([]float64(nil), av...)
 					for i := range iv {
 						ii := unravel(i, is)
-						dst := cloneInts(ii)
+						dst := slices.Clone(ii)
 						dst[axis] = int(iv[i])
 						want[ravel(dst, as)] = vv[bcastIndex(ii, vs)]
 					}

@@ -3,6 +3,7 @@ package backendtest
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -33,7 +34,7 @@ func dequantRef(wq *tensor.Array, sv, bv []float64, g, bits int) (w []float64, q
 	rows := numel(ws[:len(ws)-1])
 	rowBytes := ws[len(ws)-1] * 4
 	k := ws[len(ws)-1] * 32 / bits
-	shape = append(cloneInts(ws[:len(ws)-1]), k)
+	shape = append(slices.Clone(ws[:len(ws)-1]), k)
 	w = make([]float64, rows*k)
 	q = make([]int, rows*k)
 	for r := 0; r < rows; r++ {
@@ -63,12 +64,12 @@ func (c *checker) quantize(shape []int, dt tensor.DType, g, bits int) (quantized
 	c.T(b)
 	nd := len(shape)
 	k := shape[nd-1]
-	ps := cloneInts(shape)
+	ps := slices.Clone(shape)
 	ps[nd-1] = k * bits / 32
-	ss := cloneInts(shape)
+	ss := slices.Clone(shape)
 	ss[nd-1] = k / g
-	if !equalInts(wq.Shape(), ps) || wq.DType() != tensor.Uint32 ||
-		!equalInts(s.Shape(), ss) || s.DType() != dt || !equalInts(b.Shape(), ss) || b.DType() != dt {
+	if !slices.Equal(wq.Shape(), ps) || wq.DType() != tensor.Uint32 ||
+		!slices.Equal(s.Shape(), ss) || s.DType() != dt || !slices.Equal(b.Shape(), ss) || b.DType() != dt {
 		c.Errorf("Quantize: wq %s%v, scales %s%v, biases %s%v; want uint32%v and %s%v",
 			wq.DType(), wq.Shape(), s.DType(), s.Shape(), b.DType(), b.Shape(), ps, dt, ss)
 		return quantized{}, nil, false
@@ -173,7 +174,7 @@ func quantCases() []testCase {
 			c.T(wq)
 			c.T(s)
 			c.T(b)
-			if !equalInts(wq.Shape(), []int{2, 3, 8}) || !equalInts(s.Shape(), []int{2, 3, 2}) {
+			if !slices.Equal(wq.Shape(), []int{2, 3, 8}) || !slices.Equal(s.Shape(), []int{2, 3, 2}) {
 				c.Errorf("Quantize 3-D: wq %v, scales %v", wq.Shape(), s.Shape())
 				return
 			}
@@ -232,7 +233,7 @@ func quantCases() []testCase {
 				xs = []int{1, xs[0]}
 			}
 			want, scale, _ := qmmRef(xv, xs, wmat, mag, []int{m.k, m.n})
-			shape := append(cloneInts(m.xs[:len(m.xs)-1]), m.n)
+			shape := append(slices.Clone(m.xs[:len(m.xs)-1]), m.n)
 			rtol, ks := qmmTol(m.dt, m.k)
 			c.checkScaled("QuantizedMatmul", c.T(tensor.QuantizedMatmul(x, qz.wq, qz.s, qz.b, m.transpose, m.g, m.bits)), shape, m.dt, want, scale, rtol, ks)
 		}})
@@ -297,7 +298,7 @@ func quantCases() []testCase {
 			} else {
 				idxShape = broadcastShape(xBatch, m.rhs)
 			}
-			shape := append(cloneInts(idxShape), mm, m.n)
+			shape := append(slices.Clone(idxShape), mm, m.n)
 			want := make([]float64, numel(shape))
 			scale := make([]float64, numel(shape))
 			wq := qz.w
@@ -466,7 +467,7 @@ func randomCases() []testCase {
 				seed := c.rng.Uint64()
 				key := c.T(tensor.KeyOn(c.be, seed))
 				u := c.T(tensor.Uniform(key, []int{100, n / 100}, rng[0], rng[1], dt))
-				if !equalInts(u.Shape(), []int{100, n / 100}) || u.DType() != dt {
+				if !slices.Equal(u.Shape(), []int{100, n / 100}) || u.DType() != dt {
 					c.Errorf("Uniform: %s%v", u.DType(), u.Shape())
 					return
 				}
@@ -509,7 +510,7 @@ func randomCases() []testCase {
 			lb := c.T(tensor.BroadcastTo(l, n, k))
 			key := c.T(tensor.KeyOn(c.be, c.rng.Uint64()))
 			s := c.T(tensor.Categorical(key, lb, -1))
-			if !equalInts(s.Shape(), []int{n}) || s.DType() != tensor.Int32 {
+			if !slices.Equal(s.Shape(), []int{n}) || s.DType() != tensor.Int32 {
 				c.Errorf("Categorical: %s%v, want int32[%d]", s.DType(), s.Shape(), n)
 				return
 			}

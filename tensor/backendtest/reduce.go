@@ -438,7 +438,7 @@ func sortCases() []testCase {
 					a, av := c.in(shape, dt, g, dense)
 					ax := (axis + 2) % 2
 					p := c.T(tensor.Argpartition(a, kth, axis))
-					if !equalInts(p.Shape(), shape) || p.DType() != tensor.Int32 {
+					if !slices.Equal(p.Shape(), shape) || p.DType() != tensor.Int32 {
 						c.Errorf("Argpartition: %s%v, want int32%v", p.DType(), p.Shape(), shape)
 						return
 					}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"slices"
 
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -17,20 +18,6 @@ func numel(shape []int) int {
 		n *= d
 	}
 	return n
-}
-
-func cloneInts(s []int) []int { return append([]int(nil), s...) }
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // unravel turns a flat row-major index into per-axis indices.
@@ -285,7 +272,7 @@ func matmulRef(a []float64, as []int, b []float64, bs []int) (out, absOut []floa
 	m, k := as[len(as)-2], as[len(as)-1]
 	n := bs[len(bs)-1]
 	batch := broadcastShape(as[:len(as)-2], bs[:len(bs)-2])
-	shape = append(cloneInts(batch), m, n)
+	shape = append(slices.Clone(batch), m, n)
 	out = make([]float64, numel(shape))
 	absOut = make([]float64, len(out))
 	ab, bb := as[:len(as)-2], bs[:len(bs)-2]

@@ -342,16 +342,7 @@ func scaleCases() []testCase {
 					o.MaskKind, o.Mask = tensor.MaskArray, c.arr(mv, s.maskShape, tensor.Bool)
 					keep = func(b, h, i, j int) bool { return mv[bcastIndex([]int{b, h, i, j}, s.maskShape)] != 0 }
 				}
-				var sv []float64
-				if s.sinks {
-					var sk *tensor.Array
-					sk, sv = c.in([]int{s.hq}, dt, uni(-1, 2), dense)
-					o.Sinks = sk
-				}
-				want := sdpaRef(s, qv, kv, vv, keep, add, sv, scale)
-				tl := tolFor(dt, true)
-				tl.atol = max(tl.atol, 2*unitRoundoff(dt))
-				c.check("SDPA", c.T(tensor.ScaledDotProductAttention(q, k, v, o)), []int{s.b, s.hq, s.tq, s.dv}, dt, want, tl)
+				c.checkSDPA(s, dt, q, k, v, o, qv, kv, vv, keep, add, scale)
 			}})
 		}
 	}

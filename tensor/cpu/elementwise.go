@@ -438,8 +438,6 @@ func ewSigmoidInto(o, x []float32) {
 	}
 }
 
-func ewRound(x float32) float32 { return float32(math.RoundToEven(float64(x))) }
-
 // ewPyRem is the float remainder with the divisor's sign (Python's %).
 func ewPyRem(x, y float32) float32 {
 	r := float32(math.Mod(float64(x), float64(y)))
@@ -723,7 +721,7 @@ func ewUnaryF32(op tensor.UnaryOp, o, x []float32) {
 		}
 	case tensor.OpRound:
 		for i, v := range x {
-			o[i] = ewRound(v)
+			o[i] = rint(v)
 		}
 	default:
 		panic(&tensor.Error{Op: "Unary", Err: tensor.ErrArgument})

@@ -141,6 +141,17 @@ func normSum(v []float32) float32 {
 	return s + ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
 }
 
+// normScale divides row by its root mean square (plus eps under the
+// root) in float32 and rounds the result to dt: the step RMSNorm and
+// LayerNorm (on the centred row) share.
+func normScale(row []float32, invD, eps float32, dt tensor.DType) {
+	ms := float32(normSumSq(row)*invD) + eps
+	inv := float32(1 / float32(math.Sqrt(float64(ms))))
+	for i, v := range row {
+		row[i] = tensor.RoundTo(float32(v*inv), dt)
+	}
+}
+
 // normRows runs f on every row of x (last axis) in parallel with a float32
 // scratch row, writing the result into a new dense array of x's dtype.
 func (be *Backend) normRows(x *tensor.Array, f func(row []float32)) *tensor.Array {
@@ -176,11 +187,7 @@ func (be *Backend) RMSNorm(x, w *tensor.Array, eps float32) *tensor.Array {
 	wv := normParam(w, d, dt)
 	invD := float32(1) / float32(d)
 	return be.normRows(x, func(row []float32) {
-		ms := float32(normSumSq(row)*invD) + eps
-		inv := float32(1 / float32(math.Sqrt(float64(ms))))
-		for i, v := range row {
-			row[i] = tensor.RoundTo(float32(v*inv), dt)
-		}
+		normScale(row, invD, eps, dt)
 		if wv != nil {
 			for i := range row {
 				row[i] = float32(row[i] * wv[i])
@@ -203,11 +210,7 @@ func (be *Backend) LayerNorm(x, w, b *tensor.Array, eps float32) *tensor.Array {
 		for i := range row {
 			row[i] -= mu
 		}
-		v := float32(normSumSq(row)*invD) + eps
-		inv := float32(1 / float32(math.Sqrt(float64(v))))
-		for i, x := range row {
-			row[i] = tensor.RoundTo(float32(x*inv), dt)
-		}
+		normScale(row, invD, eps, dt)
 		if wv != nil {
 			for i := range row {
 				row[i] = tensor.RoundTo(float32(row[i]*wv[i]), dt)

@@ -94,6 +94,25 @@ func noteLive(n int64) {
 	}
 }
 
+// scratchPool recycles a kernel's per-worker scratch buffers of T (a
+// sync.Pool underneath), so kernels called for every layer of every step
+// do not allocate their scratch afresh each call.
+type scratchPool[T any] struct{ p sync.Pool }
+
+// get returns a buffer of n values; its contents are stale. Give it back
+// with put.
+func (s *scratchPool[T]) get(n int) *[]T {
+	if p, ok := s.p.Get().(*[]T); ok && cap(*p) >= n {
+		*p = (*p)[:n]
+		return p
+	}
+	b := make([]T, n)
+	return &b
+}
+
+// put returns a buffer from get for reuse.
+func (s *scratchPool[T]) put(b *[]T) { s.p.Put(b) }
+
 // ClearCache returns every pooled buffer to the operating system (or the
 // Go heap). Generation calls it between prefill chunks through
 // generate.MemoryInfo.

@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"math"
-	"sync"
 	"unsafe"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -52,18 +51,7 @@ func qgemmUsable(rows int, w qmat, dt tensor.DType) bool {
 
 // qgPool recycles the per-worker panels (up to a few hundred KiB each):
 // prefill calls this for every Linear layer.
-var qgPool sync.Pool
-
-// qgScratch returns a uint32 buffer of n values from qgPool, contents
-// stale.
-func qgScratch(n int) *[]uint32 {
-	if p, ok := qgPool.Get().(*[]uint32); ok && cap(*p) >= n {
-		*p = (*p)[:n]
-		return p
-	}
-	b := make([]uint32, n)
-	return &b
-}
+var qgPool scratchPool[uint32]
 
 // qgemmT is qmmT (out[m, n] = Σ_k x[m, k]·W[n, k]) on the bfloat16
 // panels. x holds the rows as float32 (exactly their dtype's values); raw
@@ -112,8 +100,8 @@ func qgemmT(out, x []float32, raw []uint16, rows int, w qmat) {
 	}
 	panels := (n + qgNR - 1) / qgNR
 	parallelFor(panels, 1, func(lo, hi int) {
-		pb := qgScratch(qgKC/2*qgNR + 4*qgNR*ng + mp*qgNR)
-		defer qgPool.Put(pb)
+		pb := qgPool.get(qgKC/2*qgNR + 4*qgNR*ng + mp*qgNR)
+		defer qgPool.put(pb)
 		pan := (*pb)[:qgKC/2*qgNR]
 		f := unsafe.Slice((*float32)(unsafe.Pointer(&(*pb)[qgKC/2*qgNR])), 4*qgNR*ng+mp*qgNR)
 		sb := f[:2*qgNR*ng]

@@ -48,32 +48,9 @@ func checkQGemm(t *testing.T, r *rand.Rand, bits, gs, k, n, m int, dt tensor.DTy
 	t.Helper()
 	s := tensor.NewScope()
 	defer s.Close()
-	name := fmt.Sprintf("%s/b%d/g%d/k%d/n%d/m%d", dt, bits, gs, k, n, m)
-	wv := randF32(r, n*k)
-	for i := range wv {
-		wv[i] = wv[i]*3 + 0.5 // biases of both signs, non-zero mean
-	}
-	w := tensor.FromFloat32(wv, []int{n, k}, dt)
-	wq, sc, bi := tensor.Quantize(w, gs, bits)
-	xv := randF32(r, m*k)
-	x := tensor.FromFloat32(xv, []int{m, k}, dt)
-	xr := x.Float32s()
-	if !qgemmUsable(m, qmat{bits: bits, gs: gs, cols: k}, dt) {
-		t.Fatalf("%s: prefill path not taken", name)
-	}
-	if qgemmUsable(m, qmat{bits: bits, gs: gs, cols: k}, tensor.Float32) {
-		t.Fatalf("%s: float32 x would take the prefill path", name)
-	}
-	got := tensor.QuantizedMatmul(x, wq, sc, bi, true, gs, bits)
-	g := make([]float32, m*n)
-	var raw []uint16
-	if dt == tensor.BFloat16 {
-		raw = u16s(x.Bytes())
-	}
-	q := loadQ(wq, sc, bi, gs, bits)
-	qgemmT(g, xr, raw, m, q.m)
-	q.release()
-	ref, mq, mb, _ := qmvRef(xr, wq, sc, bi, m, n, k, gs, bits)
+	c := newQKCase(t, r, "prefill", qgemmUsable, qgemmT, bits, gs, k, n, m, dt)
+	name, g := c.name, c.got
+	ref, mq, mb, _ := qmvRef(c.xr, c.wq, c.sc, c.bi, m, n, k, gs, bits)
 	steps := float64(k/gs + gs + 8)
 	tol := func(i int) float64 { return 0x1p-24 * steps * (mq[i] + mb[i]) }
 	for i := range ref {
@@ -81,7 +58,7 @@ func checkQGemm(t *testing.T, r *rand.Rand, bits, gs, k, n, m int, dt tensor.DTy
 			t.Fatalf("%s: [%d] = %g, want %g (err %.3g, tol %.3g)", name, i, g[i], ref[i], d, tol(i))
 		}
 	}
-	pub := got.Float32s()
+	pub := c.pub.Float32s()
 	want := tensor.FromFloat32(g, []int{m * n}, dt).Float32s()
 	for i := range pub {
 		if pub[i] != want[i] {
@@ -90,7 +67,7 @@ func checkQGemm(t *testing.T, r *rand.Rand, bits, gs, k, n, m int, dt tensor.DTy
 	}
 	// the fallback (no AVX512_BF16) computes the same product
 	hasBF16 = false
-	fb := tensor.QuantizedMatmul(x, wq, sc, bi, true, gs, bits).Float32s()
+	fb := tensor.QuantizedMatmul(c.x, c.wq, c.sc, c.bi, true, gs, bits).Float32s()
 	hasBF16 = true
 	for i := range fb {
 		// both are rounded to dt: allow one dt ulp of the reference plus

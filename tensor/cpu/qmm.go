@@ -24,6 +24,15 @@ type qmat struct {
 func (m *qmat) wordsPerRow() int { return m.cols * m.bits / 32 }
 func (m *qmat) groups() int      { return m.cols / m.gs }
 
+// dims returns the inner (summed) and outer lengths of a product with m:
+// x @ mᵀ sums over m's columns, x @ m over its rows.
+func (m *qmat) dims(transpose bool) (inner, outer int) {
+	if transpose {
+		return m.cols, m.rows
+	}
+	return m.rows, m.cols
+}
+
 // rowScales converts the scales and biases of rows [lo, hi) to float32.
 func (m *qmat) rowScales(s, b []float32, lo, hi int) {
 	ng, es := m.groups(), m.sdt.Size()
@@ -80,10 +89,7 @@ func (o *qOperands) release() {
 func (be *Backend) QuantizedMatmul(x, wq, scales, biases *tensor.Array, transpose bool, groupSize, bits int, shape []int) *tensor.Array {
 	q := loadQ(wq, scales, biases, groupSize, bits)
 	defer q.release()
-	inner, outer := q.m.cols, q.m.rows
-	if !transpose {
-		inner, outer = q.m.rows, q.m.cols
-	}
+	inner, outer := q.m.dims(transpose)
 	out, oi := be.newArray(shape, x.DType())
 	if out.Size() == 0 {
 		return out
@@ -107,11 +113,11 @@ func (be *Backend) QuantizedMatmul(x, wq, scales, biases *tensor.Array, transpos
 	}
 	wBatch := wq.Shape()[:wq.NDim()-2]
 	nb := numel(batch)
-	xes, oes := x.DType().Size(), x.DType().Size()
+	es := x.DType().Size() // x and the output share the dtype
 	for bi := range nb {
 		xi := bcastIndex(bi, batch, xBatch)
 		wi := bcastIndex(bi, batch, wBatch)
-		qmmRun(oi.buf.data[bi*m*outer*oes:(bi+1)*m*outer*oes], xb[xi*m*inner*xes:(xi+1)*m*inner*xes],
+		qmmRun(oi.buf.data[bi*m*outer*es:(bi+1)*m*outer*es], xb[xi*m*inner*es:(xi+1)*m*inner*es],
 			x.DType(), m, q.m.sub(wi), transpose)
 	}
 	return out
@@ -141,10 +147,7 @@ func bcastIndex(i int, shape, src []int) int {
 func (be *Backend) GatherQMM(x, wq, scales, biases, lhsIndices, rhsIndices *tensor.Array, transpose bool, groupSize, bits int, shape []int) *tensor.Array {
 	q := loadQ(wq, scales, biases, groupSize, bits)
 	defer q.release()
-	inner, outer := q.m.cols, q.m.rows
-	if !transpose {
-		inner, outer = q.m.rows, q.m.cols
-	}
+	inner, outer := q.m.dims(transpose)
 	out, oi := be.newArray(shape, x.DType())
 	if out.Size() == 0 {
 		return out
@@ -192,10 +195,7 @@ func (be *Backend) indexValues(idx *tensor.Array, shape []int) []int64 {
 // qmmRun computes one product of rows x rows (dense, dtype dt) into dst
 // (dense, dtype dt).
 func qmmRun(dst, xb []byte, dt tensor.DType, rows int, w qmat, transpose bool) {
-	inner, outer := w.cols, w.rows
-	if !transpose {
-		inner, outer = w.rows, w.cols
-	}
+	inner, outer := w.dims(transpose)
 	x := make([]float32, rows*inner)
 	toF32(x, xb, dt)
 	var out []float32

@@ -46,18 +46,7 @@ func qmmNUsable(w qmat) bool {
 
 // qmmNPool recycles the per-worker scratch (transposed x chunk, float32
 // scales and biases): decode calls qmmNFast once per KV head and layer.
-var qmmNPool sync.Pool
-
-// qmmNScratch returns a float32 buffer of n values from qmmNPool; its
-// contents are stale.
-func qmmNScratch(n int) *[]float32 {
-	if p, ok := qmmNPool.Get().(*[]float32); ok && cap(*p) >= n {
-		*p = (*p)[:n]
-		return p
-	}
-	b := make([]float32, n)
-	return &b
-}
+var qmmNPool scratchPool[float32]
 
 // qmmNFast computes out[m, n] += Σ_k x[m, k]·W[k, n] for the K×N matrix w
 // (packed along N) with qmmNKern; qmmNUsable(w) must hold.
@@ -72,8 +61,8 @@ func qmmNFast(out, x []float32, rows int, w qmat) {
 	var mu sync.Mutex
 	parts := map[int][]float32{} // by first row of the worker's K range
 	parallelFor(kin, max(kc, 1024), func(lo, hi int) {
-		buf := qmmNScratch(kc*qmmNMaxRows + 2*kc*ng)
-		defer qmmNPool.Put(buf)
+		buf := qmmNPool.get(kc*qmmNMaxRows + 2*kc*ng)
+		defer qmmNPool.put(buf)
 		f := *buf
 		xt := f[:kc*qmmNMaxRows]
 		sv := f[kc*qmmNMaxRows:][:kc*ng]

@@ -3,7 +3,6 @@ package cpu
 import (
 	"math"
 	"math/bits"
-	"sync"
 	"unsafe"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -69,18 +68,7 @@ type qmvX struct {
 // qmvPool recycles the matvec's per-call scratch (x layouts, converted
 // scales): a decode step makes hundreds of these calls, and fresh
 // allocations would cost more than the small products themselves.
-var qmvPool sync.Pool
-
-// qmvScratch returns a float32 buffer of n values from qmvPool; its
-// contents are stale (every user overwrites what it reads).
-func qmvScratch(n int) *[]float32 {
-	if p, ok := qmvPool.Get().(*[]float32); ok && cap(*p) >= n {
-		*p = (*p)[:n]
-		return p
-	}
-	b := make([]float32, n)
-	return &b
-}
+var qmvPool scratchPool[float32] // every user overwrites what it reads
 
 // qmvDeintIdx holds, for VPERMI2W, the word indices (4w+j) mod 64 that
 // gather nibble position j's x values (qmvDeinterleave).
@@ -102,13 +90,13 @@ var qmvDeintIdx = func() (t [4][32]uint16) {
 // sums of x over each (vpg vectors of 16 values of x per group) and, for
 // the offset kernel (raw set), gxo = −128·Σ xk per group.
 //
-// The layouts live in buf (from qmvScratch, returned to the pool by the
+// The layouts live in buf (from qmvPool, returned to the pool by the
 // caller).
 func prepQMV(x, xk []float32, raw []uint16, k, gs, vpg int) (qmvX, *[]float32) {
 	nb := (k + 127) / 128
 	full := k / 128
 	ng := k / gs
-	buf := qmvScratch(2*64*nb + 2*ng) // hi and lo (bf16), gsum, gxo
+	buf := qmvPool.get(2*64*nb + 2*ng) // hi and lo (bf16), gsum, gxo
 	f := *buf
 	all := unsafe.Slice((*uint16)(unsafe.Pointer(&f[0])), 2*128*nb)
 	hi := all[:128*nb]
@@ -216,7 +204,7 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 		}
 		var buf *[]float32
 		xs[m], buf = prepQMV(xm, xkm, rkm, kk, kgs, kgs*k/kk/16)
-		defer qmvPool.Put(buf)
+		defer qmvPool.put(buf)
 	}
 	sidx := &qmvLaneGroup[bits.TrailingZeros(uint(kgs))-5]
 	sblk := 128 / kgs * 4
@@ -229,8 +217,8 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 	parallelFor(n, rowBlock, func(lo, hi int) {
 		// scales and biases as float32 (per kernel group), padded for the
 		// kernel's whole-vector reads past a row's last group
-		buf := qmvScratch(2*(rowBlock*kng+16) + 2*rowBlock*ng)
-		defer qmvPool.Put(buf)
+		buf := qmvPool.get(2*(rowBlock*kng+16) + 2*rowBlock*ng)
+		defer qmvPool.put(buf)
 		sv, bv := (*buf)[:rowBlock*kng+16], (*buf)[rowBlock*kng+16:2*(rowBlock*kng+16)]
 		for r0 := lo; r0 < hi; r0 += rowBlock {
 			r1 := min(r0+rowBlock, hi)

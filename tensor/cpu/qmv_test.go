@@ -72,38 +72,58 @@ func testQMVExact(t *testing.T, r *rand.Rand) {
 	}
 }
 
+// qkCase is one random product x @ dequant(w)ᵀ for the exact kernel
+// tests: w (n×k in dt, biases of both signs and a non-zero mean) quantized
+// and x (m×k in dt).
+type qkCase struct {
+	name          string
+	wq, sc, bi, x *tensor.Array
+	xr            []float32     // x as the kernel sees it (rounded to dt)
+	got           []float32     // the kernel's float32 result, called directly
+	pub           *tensor.Array // the public product
+}
+
+// newQKCase builds a case in the caller's scope, fails unless usable sends
+// dt (and not float32) down the kernel's path, and runs both the public
+// product and the kernel itself (to keep its float32 result before the
+// rounding to dt).
+func newQKCase(t *testing.T, r *rand.Rand, path string, usable func(int, qmat, tensor.DType) bool,
+	kern func(out, x []float32, raw []uint16, rows int, w qmat), bits, gs, k, n, m int, dt tensor.DType) qkCase {
+	t.Helper()
+	c := qkCase{name: fmt.Sprintf("%s/b%d/g%d/k%d/n%d/m%d", dt, bits, gs, k, n, m)}
+	wv := randF32(r, n*k)
+	for i := range wv {
+		wv[i] = wv[i]*3 + 0.5
+	}
+	w := tensor.FromFloat32(wv, []int{n, k}, dt)
+	c.wq, c.sc, c.bi = tensor.Quantize(w, gs, bits)
+	c.x = tensor.FromFloat32(randF32(r, m*k), []int{m, k}, dt)
+	c.xr = c.x.Float32s()
+	if !usable(m, qmat{bits: bits, gs: gs, cols: k}, dt) {
+		t.Fatalf("%s: %s path not taken", c.name, path)
+	}
+	if usable(m, qmat{bits: bits, gs: gs, cols: k}, tensor.Float32) {
+		t.Fatalf("%s: float32 x would take the %s path", c.name, path)
+	}
+	c.pub = tensor.QuantizedMatmul(c.x, c.wq, c.sc, c.bi, true, gs, bits)
+	c.got = make([]float32, m*n)
+	var raw []uint16
+	if dt == tensor.BFloat16 {
+		raw = u16s(c.x.Bytes())
+	}
+	q := loadQ(c.wq, c.sc, c.bi, gs, bits)
+	kern(c.got, c.xr, raw, m, q.m)
+	q.release()
+	return c
+}
+
 func checkQMV(t *testing.T, r *rand.Rand, bits, gs, k, n, m int, dt tensor.DType) {
 	t.Helper()
 	s := tensor.NewScope()
 	defer s.Close()
-	name := fmt.Sprintf("%s/b%d/g%d/k%d/n%d/m%d", dt, bits, gs, k, n, m)
-	wv := randF32(r, n*k)
-	for i := range wv {
-		wv[i] = wv[i]*3 + 0.5 // biases of both signs, non-zero mean
-	}
-	w := tensor.FromFloat32(wv, []int{n, k}, dt)
-	wq, sc, bi := tensor.Quantize(w, gs, bits)
-	xv := randF32(r, m*k)
-	x := tensor.FromFloat32(xv, []int{m, k}, dt)
-	xr := x.Float32s() // x as the kernel sees it (rounded to dt)
-	if !qmvUsable(m, qmat{bits: bits, gs: gs, cols: k}, dt) {
-		t.Fatalf("%s: matvec path not taken", name)
-	}
-	if qmvUsable(m, qmat{bits: bits, gs: gs, cols: k}, tensor.Float32) {
-		t.Fatalf("%s: float32 x would take the matvec path", name)
-	}
-	got := tensor.QuantizedMatmul(x, wq, sc, bi, true, gs, bits)
-	// keep the float32 result before rounding to dt: call the kernel
-	// directly
-	g := make([]float32, m*n)
-	var raw []uint16
-	if dt == tensor.BFloat16 {
-		raw = u16s(x.Bytes())
-	}
-	q := loadQ(wq, sc, bi, gs, bits)
-	qmvT(g, xr, raw, m, q.m)
-	q.release()
-	ref, mq, mb, ms := qmvRef(xr, wq, sc, bi, m, n, k, gs, bits)
+	c := newQKCase(t, r, "matvec", qmvUsable, qmvT, bits, gs, k, n, m, dt)
+	name, g := c.name, c.got
+	ref, mq, mb, ms := qmvRef(c.xr, c.wq, c.sc, c.bi, m, n, k, gs, bits)
 	steps := float64(k/128 + gs + 48)
 	for i := range ref {
 		// for bfloat16 x the kernel sums (128+q)·x·s (8-bit: per nibble,
@@ -118,7 +138,7 @@ func checkQMV(t *testing.T, r *rand.Rand, bits, gs, k, n, m int, dt tensor.DType
 		}
 	}
 	// the public result is the same value rounded to dt
-	pub := got.Float32s()
+	pub := c.pub.Float32s()
 	for i := range pub {
 		if want := tensor.FromFloat32(g[i:i+1], []int{1}, dt).Float32s()[0]; pub[i] != want {
 			t.Fatalf("%s: public [%d] = %g, kernel %g", name, i, pub[i], want)

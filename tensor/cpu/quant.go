@@ -47,22 +47,7 @@ func toF32(dst []float32, b []byte, dt tensor.DType) {
 }
 
 // fromF32 stores src into dense storage of dtype dt (round to nearest even).
-func fromF32(b []byte, src []float32, dt tensor.DType) {
-	switch dt {
-	case tensor.Float32:
-		copy(f32s(b), src)
-	case tensor.BFloat16:
-		u := u16s(b)[:len(src)]
-		for i, v := range src {
-			u[i] = tensor.F32ToBF16(v)
-		}
-	case tensor.Float16:
-		u := u16s(b)[:len(src)]
-		for i, v := range src {
-			u[i] = tensor.F32ToF16(v)
-		}
-	}
-}
+func fromF32(b []byte, src []float32, dt tensor.DType) { fusedStore(b, 0, src, dt) }
 
 // quantizeGroup computes one group's scale, bias and codes the way MLX's
 // CPU kernel does: all arithmetic in float32, the scale's sign chosen so that

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"sync"
 
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -123,7 +124,8 @@ func (be *Backend) SDPA(q, k, v *tensor.Array, o tensor.SDPAOptions) *tensor.Arr
 	p.acc = make([]float32, p.kChunks*totalRows*p.dv)
 
 	parallelFor(items*p.kChunks, 1, func(lo, hi int) {
-		s := newSDPAScratch(p)
+		s := getSDPAScratch(p)
+		defer sdpaPool.Put(s)
 		for it := lo; it < hi; it++ {
 			p.block(s, it)
 		}
@@ -132,8 +134,10 @@ func (be *Backend) SDPA(q, k, v *tensor.Array, o tensor.SDPAOptions) *tensor.Arr
 	return out
 }
 
-// sdpaScratch is one worker's float32 staging area.
+// sdpaScratch is one worker's float32 staging area. Every part is
+// written before it is read, so a pooled one needs no clearing.
 type sdpaScratch struct {
+	d, dv      int // the head dims it is sized for
 	q, k, v, s []float32
 	mrow       []int // mask row offsets
 	pos        []int // absolute query positions (causal)
@@ -142,10 +146,25 @@ type sdpaScratch struct {
 	qa, kp, vp, pa, at []float32
 }
 
+// sdpaPool recycles the workers' scratch (a few hundred KiB each at head
+// dim 256): decode calls SDPA for every layer of every step.
+var sdpaPool sync.Pool
+
+// getSDPAScratch returns a scratch from sdpaPool sized for p (and for the
+// kernel path in use), or a new one.
+func getSDPAScratch(p *sdpaPlan) *sdpaScratch {
+	if s, ok := sdpaPool.Get().(*sdpaScratch); ok && s.d == p.d && s.dv == p.dv && (s.qa != nil) == hasAVX512 {
+		return s
+	}
+	return newSDPAScratch(p)
+}
+
 func newSDPAScratch(p *sdpaPlan) *sdpaScratch {
 	if hasAVX512 {
 		dvp := (p.dv + 31) &^ 31
 		return &sdpaScratch{
+			d:    p.d,
+			dv:   p.dv,
 			q:    make([]float32, sdpaQRows*p.d),
 			k:    make([]float32, sdpaKeys*p.d),
 			v:    make([]float32, sdpaKeys*p.dv),
@@ -160,6 +179,8 @@ func newSDPAScratch(p *sdpaPlan) *sdpaScratch {
 		}
 	}
 	return &sdpaScratch{
+		d:    p.d,
+		dv:   p.dv,
 		q:    make([]float32, sdpaQRows*p.d),
 		k:    make([]float32, sdpaKeys*p.d),
 		v:    make([]float32, sdpaKeys*p.dv),
@@ -224,32 +245,13 @@ func (p *sdpaPlan) block(s *sdpaScratch, it int) {
 			for j := range nk {
 				sc[j] = dot32(qr, s.k[j*p.d:(j+1)*p.d])
 			}
-			if p.causal {
-				for j := max(0, s.pos[i]+1-jb); j < nk; j++ {
-					sc[j] = sdpaNegInf
-				}
-			}
-			if p.mask != nil {
-				p.applyMask(sc, s.mrow[i]+jb*p.mask.strides[3])
-			}
-			bm := sdpaNegInf
-			for _, x := range sc {
-				bm = max(bm, x)
-			}
+			bm := p.maskScores(s, i, jb, sc)
 			if bm == sdpaNegInf {
 				continue
 			}
 			gi := part + gbase + i
 			acc := p.acc[gi*p.dv : (gi+1)*p.dv]
-			if m := p.m[gi]; bm > m {
-				if m != sdpaNegInf {
-					c := sdpaExp(m - bm)
-					p.l[gi] *= c
-					sdpaScale(c, acc)
-				}
-				p.m[gi] = bm
-			}
-			m := p.m[gi]
+			m := p.raiseMax(gi, bm, acc)
 			var l float32
 			for j, x := range sc {
 				if x == sdpaNegInf {
@@ -313,31 +315,12 @@ func (p *sdpaPlan) blockGemm(s *sdpaScratch, nr, gi0, j0, j1, kbase, vbase int) 
 		clear(s.pa[:nrp*nkp])
 		for i := range nr {
 			row := sc[i*nkp : i*nkp+nk]
-			if p.causal {
-				for j := max(0, s.pos[i]+1-jb); j < nk; j++ {
-					row[j] = sdpaNegInf
-				}
-			}
-			if p.mask != nil {
-				p.applyMask(row, s.mrow[i]+jb*p.mask.strides[3])
-			}
-			bm := sdpaNegInf
-			for _, x := range row {
-				bm = max(bm, x)
-			}
+			bm := p.maskScores(s, i, jb, row)
 			if bm == sdpaNegInf {
 				continue
 			}
 			gi := gi0 + i
-			if m := p.m[gi]; bm > m {
-				if m != sdpaNegInf {
-					c := sdpaExp(m - bm)
-					p.l[gi] *= c
-					sdpaScale(c, at[i*dvp:i*dvp+dv])
-				}
-				p.m[gi] = bm
-			}
-			m := p.m[gi]
+			m := p.raiseMax(gi, bm, at[i*dvp:i*dvp+dv])
 			var l float32
 			pan := s.pa[i/8*8*nkp:]
 			for j, x := range row {
@@ -359,6 +342,40 @@ func (p *sdpaPlan) blockGemm(s *sdpaScratch, nr, gi0, j0, j1, kbase, vbase int) 
 	for i := range nr {
 		copy(p.acc[(gi0+i)*dv:(gi0+i+1)*dv], at[i*dvp:i*dvp+dv])
 	}
+}
+
+// maskScores masks row i's scores sc of the key block starting at key jb
+// (causal positions past the row's, then the array mask) and returns
+// their max.
+func (p *sdpaPlan) maskScores(s *sdpaScratch, i, jb int, sc []float32) float32 {
+	if p.causal {
+		for j := max(0, s.pos[i]+1-jb); j < len(sc); j++ {
+			sc[j] = sdpaNegInf
+		}
+	}
+	if p.mask != nil {
+		p.applyMask(sc, s.mrow[i]+jb*p.mask.strides[3])
+	}
+	bm := sdpaNegInf
+	for _, x := range sc {
+		bm = max(bm, x)
+	}
+	return bm
+}
+
+// raiseMax lifts row gi's running max to the block max bm when that is
+// larger, rescaling the row's running sum and its output acc to match, and
+// returns the row's max.
+func (p *sdpaPlan) raiseMax(gi int, bm float32, acc []float32) float32 {
+	if m := p.m[gi]; bm > m {
+		if m != sdpaNegInf {
+			c := sdpaExp(m - bm)
+			p.l[gi] *= c
+			sdpaScale(c, acc)
+		}
+		p.m[gi] = bm
+	}
+	return p.m[gi]
 }
 
 // applyMask applies the array mask to a row of scores: bool masks drop

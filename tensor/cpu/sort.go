@@ -106,7 +106,8 @@ func (be *Backend) Sort(a *tensor.Array, axis int) *tensor.Array {
 		ib := make([]int64, n)
 		return func(oo, ii int) {
 			if dt == tensor.Int64 {
-				x := slices.Clone(ewLoadI64(dt, data, ii, ist, n, ib))
+				// sort a copy: dense int64 rows load as the storage itself
+				x := ib[:copy(ib, ewLoadI64(dt, data, ii, ist, n, ib))]
 				slices.Sort(x)
 				ewStoreI64(dt, od, oo, ost, x)
 				return

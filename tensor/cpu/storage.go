@@ -3,7 +3,6 @@ package cpu
 import (
 	"slices"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -111,44 +110,16 @@ func bytesOf(im *impl, n, es int) []byte {
 	return im.buf.data[im.off*es : (im.off+n)*es]
 }
 
-// Typed views of contiguous storage. The data slices are allocated with at
-// least 64-byte alignment, or come from a checkpoint mmap; x86-64 and arm64
-// both tolerate the rare unaligned case for these plain loads.
+// Typed views of contiguous storage (ewView for the types used most). The
+// data slices are allocated with at least 64-byte alignment, or come from
+// a checkpoint mmap; x86-64 and arm64 both tolerate the rare unaligned
+// case for these plain loads.
 
-func f32s(b []byte) []float32 {
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
-}
-
-func u16s(b []byte) []uint16 {
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)
-}
-
-func u32s(b []byte) []uint32 {
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*uint32)(unsafe.Pointer(&b[0])), len(b)/4)
-}
-
-func i32s(b []byte) []int32 {
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*int32)(unsafe.Pointer(&b[0])), len(b)/4)
-}
-
-func i64s(b []byte) []int64 {
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*int64)(unsafe.Pointer(&b[0])), len(b)/8)
-}
+func f32s(b []byte) []float32 { return ewView[float32](b) }
+func u16s(b []byte) []uint16  { return ewView[uint16](b) }
+func u32s(b []byte) []uint32  { return ewView[uint32](b) }
+func i32s(b []byte) []int32   { return ewView[int32](b) }
+func i64s(b []byte) []int64   { return ewView[int64](b) }
 
 // copyStrided gathers the strided view src of shape into dense dst
 // (element size es), copying whole inner runs where the last dim is dense.

@@ -2,12 +2,11 @@ package generate_test
 
 import (
 	"context"
-	"errors"
 	"path/filepath"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/generate"
-	"github.com/mlxgo/mlxgo/mlxffi"
+	"github.com/mlxgo/mlxgo/mlxffi/mlxtest"
 	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/model/demo"
 	"github.com/mlxgo/mlxgo/tensor"
@@ -24,13 +23,7 @@ import (
 // stays short; b.N is the number of tokens per backend. It skips with one
 // line when libmlxc is not installed.
 func BenchmarkDecodeStepMLXvsCPU(b *testing.B) {
-	mlx, err := mlxffi.Open()
-	if errors.Is(err, mlxffi.ErrNotFound) {
-		b.Skip("libmlxc not found: MLX benchmark skipped")
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
+	mlx := mlxtest.OpenOrSkip(b)
 	cpu, err := tensor.Open("cpu")
 	if err != nil {
 		b.Fatal(err)

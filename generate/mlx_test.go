@@ -1,40 +1,21 @@
 package generate_test
 
 import (
-	"errors"
 	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/generate"
-	"github.com/mlxgo/mlxgo/mlxffi"
-	"github.com/mlxgo/mlxgo/tensor"
+	"github.com/mlxgo/mlxgo/mlxffi/mlxtest"
 	"github.com/mlxgo/mlxgo/tensor/tensortest"
 )
-
-// mlxBackend opens MLX as the default backend for the test (restoring the
-// CPU default after) or skips with one line when libmlxc is absent.
-func mlxBackend(t testing.TB) tensor.Backend {
-	t.Helper()
-	be, err := mlxffi.Open()
-	if errors.Is(err, mlxffi.ErrNotFound) {
-		t.Skip("libmlxc not found: MLX tests skipped")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	prev := tensor.Default()
-	tensor.SetDefault(be)
-	t.Cleanup(func() { tensor.SetDefault(prev) })
-	return be
-}
 
 // TestMLXGreedyParity runs the pipelined loop on the lazy MLX backend:
 // greedy output equals HF's on every float32 fixture, from a cold start
 // and from a PromptCache, the dispatch order is the pipelined one, and the
 // peak memory comes from the backend's own PeakMemory (no Options.Memory).
 func TestMLXGreedyParity(t *testing.T) {
-	be := mlxBackend(t)
+	be := mlxtest.UseAsDefault(t)
 	for _, name := range allFixtures {
 		t.Run(name, func(t *testing.T) {
 			t.Cleanup(tensortest.NoLeaks(t))

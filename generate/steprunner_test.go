@@ -9,6 +9,7 @@ import (
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/kv"
 	"github.com/mlxgo/mlxgo/mlxffi"
+	"github.com/mlxgo/mlxgo/mlxffi/mlxtest"
 	"github.com/mlxgo/mlxgo/sampler"
 	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tensor/tensortest"
@@ -164,7 +165,7 @@ func TestStepRunnerFailure(t *testing.T) {
 // surfaces as the generation's error, and MLX keeps working afterwards
 // (the greedy output of a following generation is HF's).
 func TestMLXStepRunnerFailure(t *testing.T) {
-	be := mlxBackend(t)
+	be := mlxtest.UseAsDefault(t)
 	t.Cleanup(tensortest.NoLeaks(t))
 	g := readGolden(t, "llama3")
 	base := loadModel(t, filepath.Join(fixtures, "llama3", "f32"), be)

@@ -1,34 +1,13 @@
 package kv
 
 import (
-	"errors"
 	"math/rand/v2"
 	"testing"
 
-	"github.com/mlxgo/mlxgo/mlxffi"
+	"github.com/mlxgo/mlxgo/mlxffi/mlxtest"
 	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tensor/tensortest"
 )
-
-// useMLX makes the MLX backend the default for the rest of the test
-// (restoring the previous default after), or skips with one line when
-// libmlxc is not installed. The caches create their arrays through the
-// tensor API on the default backend, so the same tests then exercise
-// every cache on MLX.
-func useMLX(t *testing.T) tensor.Backend {
-	t.Helper()
-	be, err := mlxffi.Open()
-	if errors.Is(err, mlxffi.ErrNotFound) {
-		t.Skip("libmlxc not found: MLX variant skipped")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	prev := tensor.Default()
-	tensor.SetDefault(be)
-	t.Cleanup(func() { tensor.SetDefault(prev) })
-	return be
-}
 
 // TestMLXRandomSequences runs the random write sequences of
 // TestRandomSequences on MLX (a sixth of them: about 180 sequences, every
@@ -36,7 +15,7 @@ func useMLX(t *testing.T) tensor.Backend {
 // attention over the full history, the quantized caches stay within their
 // bounds, and the caches' arrays live on MLX.
 func TestMLXRandomSequences(t *testing.T) {
-	be := useMLX(t)
+	be := mlxtest.UseAsDefault(t)
 	c := NewKVCache()
 	k, v := tokens(rand.New(rand.NewPCG(1, 2)), 3)
 	kv := c.UpdateAndFetch(k, v)
@@ -53,7 +32,7 @@ func TestMLXRandomSequences(t *testing.T) {
 // write, snapshot and restore, clone independence, and the persistence
 // round trip (save, memory-mapped load, bit-identical states).
 func TestMLXCacheProperties(t *testing.T) {
-	useMLX(t)
+	mlxtest.UseAsDefault(t)
 	for _, tc := range []struct {
 		name string
 		f    func(*testing.T)
@@ -75,7 +54,7 @@ func TestMLXCacheProperties(t *testing.T) {
 // on the backend, so the states are bit-identical.
 func TestMLXPersistAcrossBackends(t *testing.T) {
 	defer tensortest.NoLeaks(t)()
-	mlx := useMLX(t)
+	mlx := mlxtest.UseAsDefault(t)
 	cpu, err := tensor.Open("cpu")
 	if err != nil {
 		t.Fatal(err)

@@ -44,7 +44,8 @@ func TestEmptyArrays(t *testing.T) {
 			return tensor.Matmul(tensor.FullOn(be, []int{2, 0}, 1, tensor.Float32), tensor.FullOn(be, []int{0, 3}, 1, tensor.Float32))
 		}, []int{2, 3}},
 		{"random", func() *tensor.Array { return tensor.RandomBits(tensor.KeyOn(be, 1), 0, 2) }, []int{0, 2}},
-		{"argpartition", func() *tensor.Array { return tensor.Argsort(e, 0) }, []int{0, 4}},
+		{"argsort", func() *tensor.Array { return tensor.Argsort(e, 0) }, []int{0, 4}},
+		{"argpartition", func() *tensor.Array { return tensor.Argpartition(e, 0, 1) }, []int{0, 4}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

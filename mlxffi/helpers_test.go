@@ -1,10 +1,11 @@
 package mlxffi
 
 import (
+	"encoding/binary"
 	"errors"
+	"math"
 	"testing"
 
-	"github.com/mlxgo/mlxgo/tensor"
 	_ "github.com/mlxgo/mlxgo/tensor/cpu"
 )
 
@@ -22,8 +23,12 @@ func mlxBackend(t testing.TB) *Backend {
 	return be
 }
 
-func f32bytes(v ...float32) []byte {
-	a := tensor.FromFloat32(v, nil, tensor.Float32)
-	defer a.Free()
-	return a.Bytes()
+// le32 is float32s as little-endian bytes (built on the host, so that it
+// makes no array of the default backend).
+func le32(v ...float32) []byte {
+	out := make([]byte, 0, 4*len(v))
+	for _, f := range v {
+		out = binary.LittleEndian.AppendUint32(out, math.Float32bits(f))
+	}
+	return out
 }

@@ -118,7 +118,7 @@ func TestSortNaNLast(t *testing.T) {
 	s := tensor.NewScope()
 	defer s.Close()
 	nan := float32(math.NaN())
-	a := tensor.FromBytesOn(be, f32bytes(3, nan, -1, 2), []int{4}, tensor.Float32, false)
+	a := tensor.FromBytesOn(be, le32(3, nan, -1, 2), []int{4}, tensor.Float32, false)
 	got := tensor.Sort(a, 0).Float32s()
 	if !slices.Equal(got[:3], []float32{-1, 2, 3}) || !math.IsNaN(float64(got[3])) {
 		t.Fatalf("sort = %v", got)

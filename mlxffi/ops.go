@@ -102,9 +102,8 @@ func (be *Backend) Binary(op tensor.BinaryOp, a, b *tensor.Array, shape []int) *
 			panic(&Error{Msg: "unknown binary op"})
 		}
 		x, y := hOf(a), hOf(b)
-		m := mlx_array_dtype(x)
 		if op == tensor.OpRemainder || op == tensor.OpFloorDivide {
-			switch m {
+			switch m := mlx_array_dtype(x); m {
 			case mFloat16, mBFloat16:
 				// MLX skips the divisor-sign fix-up for 16-bit floats
 				return c.astype(c.bin(*f, c.astype(x, mFloat32), c.astype(y, mFloat32)), m)
@@ -161,10 +160,9 @@ func (be *Backend) Reduce(op tensor.ReduceOp, a *tensor.Array, axes []int, keepD
 	}
 	return be.do1("Reduce", func(c *cx) uintptr {
 		x := hOf(a)
-		m := mlx_array_dtype(x)
 		switch op {
 		case tensor.ReduceSum, tensor.ReduceMean, tensor.ReduceProd, tensor.ReduceLogSumExp:
-			if m == mFloat16 || m == mBFloat16 {
+			if m := mlx_array_dtype(x); m == mFloat16 || m == mBFloat16 {
 				// accumulate in float32, round once
 				return c.astype(c.reduce(op, c.astype(x, mFloat32), a.Shape(), axes, keepDims), m)
 			}
@@ -186,8 +184,7 @@ func (c *cx) reduce(op tensor.ReduceOp, x uintptr, shape, axes []int, keep bool)
 	for _, ax := range axes {
 		n *= shape[ax]
 	}
-	m := mlx_array_dtype(x)
-	if (op == tensor.ReduceSum || op == tensor.ReduceMean) && m == mFloat32 && n >= pairwiseMin {
+	if (op == tensor.ReduceSum || op == tensor.ReduceMean) && n >= pairwiseMin && mlx_array_dtype(x) == mFloat32 {
 		return c.pairwiseSum(op, x, shape, axes, keep, n)
 	}
 	ax := ints32(axes)

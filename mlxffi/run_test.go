@@ -2,9 +2,7 @@ package mlxffi
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
-	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,16 +26,6 @@ func runGraph(be tensor.Backend) []byte {
 		out = tensor.Concatenate([]*tensor.Array{h, s}, -1).Bytes()
 		return nil
 	})
-	return out
-}
-
-// le32 is float32s as little-endian bytes (built on the host, so that it
-// makes no array of the default backend).
-func le32(v ...float32) []byte {
-	out := make([]byte, 0, 4*len(v))
-	for _, f := range v {
-		out = binary.LittleEndian.AppendUint32(out, math.Float32bits(f))
-	}
 	return out
 }
 

@@ -11,7 +11,7 @@ func TestSmokeAdd(t *testing.T) {
 	be := mlxBackend(t)
 	s := tensor.NewScope()
 	defer s.Close()
-	a := tensor.FromBytesOn(be, f32bytes(1, 2, 3, 4), []int{2, 2}, tensor.Float32, false)
+	a := tensor.FromBytesOn(be, le32(1, 2, 3, 4), []int{2, 2}, tensor.Float32, false)
 	b := tensor.FullOn(be, []int{2}, 10, tensor.Float32)
 	c := tensor.Add(a, b)
 	if got := c.Float32s(); !slices.Equal(got, []float32{11, 12, 13, 14}) {

@@ -1,12 +1,11 @@
 package model
 
 import (
-	"errors"
 	"math"
 	"path/filepath"
 	"testing"
 
-	"github.com/mlxgo/mlxgo/mlxffi"
+	"github.com/mlxgo/mlxgo/mlxffi/mlxtest"
 	"github.com/mlxgo/mlxgo/tensor"
 	_ "github.com/mlxgo/mlxgo/tensor/cpu"
 )
@@ -28,14 +27,7 @@ func ForEachBackend(t *testing.T, f func(t *testing.T, be tensor.Backend)) {
 		withDefault(t, be, f)
 	})
 	t.Run("mlx", func(t *testing.T) {
-		be, err := mlxffi.Open()
-		if errors.Is(err, mlxffi.ErrNotFound) {
-			t.Skip("libmlxc not found: MLX variant skipped")
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		withDefault(t, be, f)
+		withDefault(t, mlxtest.OpenOrSkip(t), f)
 	})
 }
 
@@ -54,13 +46,7 @@ func withDefault(t *testing.T, be tensor.Backend, f func(t *testing.T, be tensor
 // windowed mask must be made on the model's backend, and the logits equal
 // the CPU model's. Skips without libmlxc.
 func TestLoadOnOtherBackend(t *testing.T) {
-	mlx, err := mlxffi.Open()
-	if errors.Is(err, mlxffi.ErrNotFound) {
-		t.Skip("libmlxc not found: MLX variant skipped")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	mlx := mlxtest.OpenOrSkip(t)
 	if tensor.Default() == mlx {
 		t.Fatal("default backend is MLX; this test needs another default")
 	}

@@ -429,8 +429,7 @@ func (s *Stream) Close() {
 	s.caches = nil
 }
 
-// pending is a dispatched step: the sampler's lazy outputs and whether
-// its input token was the host's (eager) or the previous step's array.
+// pending is a dispatched step: the sampler's lazy outputs.
 type pending struct {
 	st *sampler.Step
 }
@@ -475,12 +474,23 @@ func (s *Stream) Tokens() iter.Seq2[Token, error] {
 var errConsumer = errors.New("generate: consumer stopped")
 
 // pipelinable reports whether step n+1 can be built before step n's token
-// is on the host: nothing that needs the token on the host may be on.
+// is on the host: nothing that needs the token on the host (a grammar, the
+// sampler's history-based penalties) may be on.
 func (s *Stream) pipelinable() bool {
-	p := s.o.Sampler
-	return s.o.Grammar == nil && (p.RepetitionPenalty == 0 || p.RepetitionPenalty == 1) &&
-		p.PresencePenalty == 0 && p.FrequencyPenalty == 0
+	return s.o.Grammar == nil && s.smp.HistoryWindow() == 0
 }
+
+// room is how many tokens may still be generated after used ones (-1: no cap).
+func (s *Stream) room(used int) int {
+	if s.o.MaxTokens < 0 {
+		return -1
+	}
+	return s.o.MaxTokens - used
+}
+
+// recent is the tail of h that the sampler's penalties read: passing only
+// that keeps the sampler's per-step work independent of the context length.
+func recent(h []int32, window int) []int32 { return h[max(0, len(h)-window):] }
 
 func (s *Stream) run(yield func(Token, error) bool) (err error) {
 	defer tensor.Recover(&err)
@@ -532,10 +542,8 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 
 	pipelined := s.pipelinable()
 	s.stats.Pipelined = pipelined
-	var history []int32
-	if !pipelined {
-		history = slices.Clone(s.prompt)
-	}
+	window := s.smp.HistoryWindow()
+	history := slices.Clone(recent(s.prompt, window))
 	var mask []int32
 	if s.o.Grammar != nil {
 		mask = make([]int32, (s.vocab+31)/32)
@@ -546,23 +554,14 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 	jf := s.jumpForwarder()
 	exact := s.exactJump()
 	var lead []int32
-	if exact && fired {
-		room := -1
-		if s.o.MaxTokens > 0 {
-			room = s.o.MaxTokens - 1 // leave room for a sampled token
+	if fired && (exact || jf != nil) {
+		room := s.room(1) // leave room for a sampled token
+		if exact {
+			lead, s.maskReady, err = s.forcedRun(mask, room)
+		} else {
+			lead, err = s.leading(jf, room)
 		}
-		if lead, s.maskReady, err = s.forcedRun(mask, room); err != nil {
-			return err
-		}
-		s.stats.ForcedTokens += len(lead)
-		history = append(history, lead...)
-	}
-	if jf != nil && fired {
-		room := -1
-		if s.o.MaxTokens > 0 {
-			room = s.o.MaxTokens - 1 // leave room for a sampled token
-		}
-		if lead, err = s.leading(jf, room); err != nil {
+		if err != nil {
 			return err
 		}
 		s.stats.ForcedTokens += len(lead)
@@ -582,7 +581,7 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 		return nil
 	}
 	in := append(slices.Clone(s.prompt[total-1:]), lead...)
-	cur, err := s.dispatch(func() *tensor.Array { return s.hostIDs(in) }, history, mask)
+	cur, err := s.dispatch(func() *tensor.Array { return s.hostIDs(in) }, recent(history, window), mask)
 	if err != nil {
 		return err
 	}
@@ -656,11 +655,7 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 		}
 		step := []int32{id}
 		if exact {
-			room := -1
-			if s.o.MaxTokens > 0 {
-				room = s.o.MaxTokens - n - 1
-			}
-			f, ready, err := s.forcedRun(mask, room)
+			f, ready, err := s.forcedRun(mask, s.room(n+1))
 			if err != nil {
 				return err
 			}
@@ -669,11 +664,7 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 			s.stats.ForcedTokens += len(f)
 		}
 		if jf != nil {
-			room := -1
-			if s.o.MaxTokens > 0 {
-				room = s.o.MaxTokens - n
-			}
-			f, err := s.forced(jf, id, room)
+			f, err := s.forced(jf, id, s.room(n))
 			if err != nil {
 				return err
 			}
@@ -706,7 +697,7 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 			return s.ctx.Err()
 		}
 		if !pipelined {
-			history = append(history, step...)
+			history = recent(append(history, step...), window)
 			cur, err = s.dispatch(func() *tensor.Array { return s.hostIDs(step) }, history, mask)
 			if err != nil {
 				return err

@@ -11,6 +11,7 @@ import (
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/kv"
 	"github.com/mlxgo/mlxgo/sampler"
+	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tensor/tensortest"
 )
 
@@ -490,5 +491,71 @@ func TestKVQuantization(t *testing.T) {
 	}
 	if _, err := generate.Generate(context.Background(), m, prompt, &generate.Options{KVBits: 7}); err == nil {
 		t.Error("7-bit KV accepted")
+	}
+}
+
+// TestPenaltiesHistory: with history-based penalties (windows shorter
+// than the prompt) the loop samples the tokens a hand-made loop gets by
+// giving the sampler the whole history (prompt and generated tokens) at
+// every step: the loop may hand it only the window it reads.
+func TestPenaltiesHistory(t *testing.T) {
+	t.Cleanup(tensortest.NoLeaks(t))
+	g := readGolden(t, "llama3")
+	m := loadModel(t, filepath.Join(fixtures, "llama3", "f32"), nil)
+	p := sampler.Params{RepetitionPenalty: 1.5, RepetitionContextSize: 3, PresencePenalty: 0.4, PresenceContextSize: 5,
+		FrequencyPenalty: 0.3, FrequencyContextSize: 4}
+	const n = 12
+	got, st, err := collect(t, m, g.Prompt, &generate.Options{MaxTokens: n, Sampler: p})
+	if err != nil || st.Pipelined {
+		t.Fatalf("err %v, pipelined %v", err, st.Pipelined)
+	}
+	smp, err := sampler.New(p, m.VocabSize())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer smp.Free()
+	caches := m.MakeCaches()
+	defer func() {
+		for _, c := range caches {
+			if c != nil {
+				c.Free()
+			}
+		}
+	}()
+	forward := func(ids []int32) *tensor.Array { // logits [1, V] of the last position
+		h, err := m.Forward(tensor.FromInt32(ids, []int{1, len(ids)}), caches)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := m.Logits(tensor.SliceAxis(h, 1, len(ids)-1, len(ids)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tensor.Reshape(l, 1, l.Dim(-1))
+	}
+	history := slices.Clone(g.Prompt)
+	last := len(g.Prompt) - 1
+	tensor.WithScope(func() []*tensor.Array { tensor.Eval(forward(g.Prompt[:last])); return nil })
+	in := g.Prompt[last:]
+	var want []int32
+	for len(want) < n {
+		var r sampler.Result
+		tensor.WithScope(func() []*tensor.Array {
+			if r, err = smp.Sample(forward(in), history, nil); err != nil {
+				t.Fatal(err)
+			}
+			return nil
+		})
+		id := int32(r.Token)
+		want = append(want, id)
+		history = append(history, id)
+		in = []int32{id}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("loop %v, by hand with the whole history %v", got, want)
+	}
+	plain, _, err := collect(t, m, g.Prompt, &generate.Options{MaxTokens: n})
+	if err != nil || slices.Equal(plain, want) {
+		t.Fatalf("the penalties changed nothing (err %v): %v", err, plain)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -106,11 +107,8 @@ func runForced(t *testing.T, m generate.Model, prompt []int32, o *generate.Optio
 // keys letter by letter), which changes what it conditions on afterwards.
 func TestJumpForwardDemo(t *testing.T) {
 	t.Cleanup(tensortest.NoLeaks(t))
+	_, c, comp, _, eos := demoSetup(t)
 	dir, err := demo.Path()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := tokenizer.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,19 +120,6 @@ func TestJumpForwardDemo(t *testing.T) {
 	}
 	t.Cleanup(func() { fm.Close() })
 	m := generate.Wrap(fm, fm.Info().Vocab)
-	eos := []int32{}
-	var stop []int
-	for _, id := range tok.Config.EOSTokenIDs {
-		eos = append(eos, int32(id))
-		stop = append(stop, id)
-	}
-	v := grammar.NewTokenizerVocab(tok, grammar.DetectVocabKind(tok), m.VocabSize(), stop)
-	ti, err := grammar.NewTokenizerInfo(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	comp := grammar.NewCompiler(ti, grammar.CompileOptions{}, 0)
-	c := codec{tok}
 	prompt := func(s string) []int32 { return c.Encode("<bos>" + s) }
 	var fwStep, fwJump, fwFree, same, runs int
 	for i, schema := range jumpSchemas {
@@ -155,7 +140,7 @@ func TestJumpForwardDemo(t *testing.T) {
 			ids2, _, _ := runForced(t, cm, prompt(p), &generate.Options{MaxTokens: 200, EOS: eos, Grammar: grammar.NewMatcher(cg)})
 			fwFree += cm.forwards
 			text1, text0, text2 := c.Decode(ids1), c.Decode(ids0), c.Decode(ids2)
-			if !equal32(ids0, ids1) || text0 != text1 {
+			if !slices.Equal(ids0, ids1) || text0 != text1 {
 				t.Errorf("schema %d %q: jump-forward\n%s\n%v\nstep by step\n%s\n%v", i, p, text1, ids1, text0, ids0)
 			}
 			if st0.StopReason != generate.StopEOS || st1.StopReason != generate.StopEOS {
@@ -196,31 +181,13 @@ func TestJumpForwardDemo(t *testing.T) {
 // last token), and a cap on tokens is honoured mid-jump.
 func TestJumpForwardCanonical(t *testing.T) {
 	t.Cleanup(tensortest.NoLeaks(t))
-	dir, err := demo.Path()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := tokenizer.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := loadModel(t, dir, nil)
-	v := grammar.NewTokenizerVocab(tok, grammar.DetectVocabKind(tok), m.VocabSize(), tok.Config.EOSTokenIDs)
-	ti, err := grammar.NewTokenizerInfo(v)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, c, _, ti, eos := demoSetup(t)
 	// After the free first letter, the rest is forced.
 	g, err := grammar.RegexGrammar(`(a|b) whale of a tale, told by the captain of the ship`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cg := grammar.CompileGrammar(g, ti, grammar.CompileOptions{})
-	c := codec{tok}
-	var eos []int32
-	for _, id := range tok.Config.EOSTokenIDs {
-		eos = append(eos, int32(id))
-	}
 	pr := c.Encode("<bos>Call me Ishmael.")
 	out, st, err := collect(t, m, pr, &generate.Options{MaxTokens: 100, EOS: eos, Grammar: grammar.NewMatcher(cg), JumpForward: true, JumpMode: generate.JumpCanonical, Codec: c})
 	if err != nil {
@@ -231,7 +198,7 @@ func TestJumpForwardCanonical(t *testing.T) {
 		t.Fatalf("text %q, stop %q", text, st.StopReason)
 	}
 	whole := c.Encode(text)
-	if n := len(whole) - 1; len(out) < n || !equal32(out[:n], whole[:n]) {
+	if n := len(whole) - 1; len(out) < n || !slices.Equal(out[:n], whole[:n]) {
 		t.Errorf("tokens %v, the tokenizer's %v", out, whole)
 	}
 	if st.DecodeSteps != 3 { // first letter, the token left to sampling, EOS
@@ -284,18 +251,6 @@ func TestJumpForwardCanonical(t *testing.T) {
 	if st := s.Stats(); st.ForcedTokens != 0 {
 		t.Errorf("jump-forward ran with logprobs: %+v", st)
 	}
-}
-
-func equal32(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // demoSetup loads the demo model, its tokenizer as a codec, a grammar
@@ -414,7 +369,7 @@ func TestJumpForwardExact(t *testing.T) {
 					nf++
 				}
 			}
-			if !equal32(free, ex) || c.Decode(free) != c.Decode(ex) || stF.StopReason != stE.StopReason {
+			if !slices.Equal(free, ex) || c.Decode(free) != c.Decode(ex) || stF.StopReason != stE.StopReason {
 				t.Errorf("schema %d %q: exact jump-forward\n%s\n%v\nstep by step\n%s\n%v", i, p, c.Decode(ex), ex, c.Decode(free), free)
 			}
 			if stE.ForcedTokens == 0 || nf != stE.ForcedTokens || fE != fF-stE.ForcedTokens ||
@@ -425,7 +380,7 @@ func TestJumpForwardExact(t *testing.T) {
 			// step-by-step decoding gives them, sampled ones its values.
 			idsF, lpF, _, _ := runLogprobs(t, m, prompt(p), opts(false, 0, true))
 			idsE, lpE, fE2, stE2 := runLogprobs(t, m, prompt(p), opts(true, generate.JumpExact, true))
-			if !equal32(idsF, free) || !equal32(idsE, free) || stE2.ForcedTokens != stE.ForcedTokens {
+			if !slices.Equal(idsF, free) || !slices.Equal(idsE, free) || stE2.ForcedTokens != stE.ForcedTokens {
 				t.Errorf("schema %d %q: with logprobs the tokens changed (%d forced)", i, p, stE2.ForcedTokens)
 			} else {
 				for k := range lpE {
@@ -437,7 +392,7 @@ func TestJumpForwardExact(t *testing.T) {
 			// The plain model's multi-token forward rounds differently.
 			pf, _, _ := runForced(t, plain, prompt(p), opts(false, 0, false))
 			pe, _, _ := runForced(t, plain, prompt(p), opts(true, generate.JumpExact, false))
-			if equal32(pf, pe) {
+			if slices.Equal(pf, pe) {
 				samePlain++
 			}
 			fwFree += fF
@@ -483,12 +438,12 @@ func TestJumpForwardExactRegex(t *testing.T) {
 	ex, forced, stE := runForced(t, cm, pr, opts(true, 100, 0))
 	fE := cm.forwards
 	text := c.Decode(ex)
-	if !equal32(free, ex) || stE.StopReason != generate.StopEOS || !strings.HasPrefix(text, "{{{{{{") || !strings.HasSuffix(text, "}}}}}}") {
+	if !slices.Equal(free, ex) || stE.StopReason != generate.StopEOS || !strings.HasPrefix(text, "{{{{{{") || !strings.HasSuffix(text, "}}}}}}") {
 		t.Fatalf("exact %q %v (%s), step by step %q %v", text, ex, stE.StopReason, c.Decode(free), free)
 	}
 	// The six leading braces, and the six closing ones (the last of which
 	// may be sampled when the choice's last token needs a step first).
-	if !equal32(free[:6], []int32{129, 129, 129, 129, 129, 129}) || !forced[0] || !forced[5] || !forced[len(forced)-1] ||
+	if !slices.Equal(free[:6], []int32{129, 129, 129, 129, 129, 129}) || !forced[0] || !forced[5] || !forced[len(forced)-1] ||
 		stE.ForcedTokens < 11 || fE != fF-stE.ForcedTokens {
 		t.Errorf("forced %v, %d forced tokens; forward passes %d step by step, %d exact", forced, stE.ForcedTokens, fF, fE)
 	}
@@ -496,7 +451,7 @@ func TestJumpForwardExactRegex(t *testing.T) {
 	// A cap inside the leading run.
 	capF, _, _ := runForced(t, m, pr, opts(false, 4, 0))
 	capE, _, st := runForced(t, m, pr, opts(true, 4, 0))
-	if !equal32(capF, capE) || len(capE) != 4 || st.StopReason != generate.StopLength {
+	if !slices.Equal(capF, capE) || len(capE) != 4 || st.StopReason != generate.StopLength {
 		t.Errorf("capped: %v, step by step %v (%+v)", capE, capF, st)
 	}
 	for _, temp := range []float64{0.8, 1.5} {
@@ -542,7 +497,7 @@ func TestJumpForwardExactF32(t *testing.T) {
 			cm = &countingModel{Model: m}
 			ex, _, stE := runForced(t, cm, prompt(p), opts(true))
 			fE := cm.forwards
-			if !equal32(free, ex) || c.Decode(free) != c.Decode(ex) || stF.StopReason != stE.StopReason {
+			if !slices.Equal(free, ex) || c.Decode(free) != c.Decode(ex) || stF.StopReason != stE.StopReason {
 				t.Errorf("schema %d %q: exact jump-forward on f32\n%s\nstep by step\n%s", i, p, c.Decode(ex), c.Decode(free))
 			}
 			if fE != fF-stE.ForcedTokens {

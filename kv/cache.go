@@ -188,6 +188,96 @@ func Attention(q *tensor.Array, kv KV, o tensor.SDPAOptions) *tensor.Array {
 	return tensor.ScaledDotProductAttention(q, kv.Keys, kv.Values, o)
 }
 
+// ---- state shared by the cache types ----
+
+// buffers is what every cache holds, whatever its layout (linear or
+// rotating): its kind and codec, the buffers themselves, the offset, the
+// views the last UpdateAndFetch handed out and the file mapping borrowed
+// arrays come from.
+type buffers struct {
+	kind   Kind
+	c      codec
+	parts  []*tensor.Array // nil while empty
+	offset int
+	views  []*tensor.Array // handed out by the last UpdateAndFetch
+	pin    *mapping        // the file mapping borrowed arrays come from, if any
+}
+
+// Offset is the number of tokens the cache has seen (its position).
+func (b *buffers) Offset() int { return b.offset }
+
+// Bytes counts the buffers' capacity.
+func (b *buffers) Bytes() int { return bytesOf(b.parts) }
+
+func (b *buffers) freeViews() {
+	tensor.Free(b.views...)
+	b.views = nil
+}
+
+func (b *buffers) backend() tensor.Backend {
+	if b.parts != nil {
+		return b.parts[0].Backend()
+	}
+	return tensor.Default()
+}
+
+// checkState refuses a state of another kind or quantization.
+func (b *buffers) checkState(st State) error {
+	if st.Kind != b.kind {
+		return fmt.Errorf("kv: %s state for a %s", st.Kind, b.kind)
+	}
+	if b.c.quantized() && (st.GroupSize != b.c.groupSize || st.Bits != b.c.bits) {
+		return fmt.Errorf("kv: state quantized with group %d, %d bits for a cache with group %d, %d bits",
+			st.GroupSize, st.Bits, b.c.groupSize, b.c.bits)
+	}
+	return nil
+}
+
+// cloneBuffers returns a copy sharing the buffers copy-on-write (and the
+// mapping), without views.
+func (b *buffers) cloneBuffers() buffers {
+	c := *b
+	c.views = nil
+	c.pin = b.pin.acquire()
+	c.parts = handles(b.parts)
+	keep(c.parts...)
+	return c
+}
+
+// release frees everything and empties the buffers.
+func (b *buffers) release() {
+	b.freeViews()
+	tensor.Free(b.parts...)
+	b.parts = nil
+	b.offset = 0
+	b.pin.release()
+	b.pin = nil
+}
+
+func (b *buffers) setPin(m *mapping) { b.pin = m }
+
+// quantizeInto fills q, an empty quantized cache, with the first n token
+// slots of b's plain keys and values, encoded with q's codec.
+func (b *buffers) quantizeInto(q *buffers, n int) error {
+	if b.parts == nil {
+		return nil
+	}
+	k, v := b.parts[0], b.parts[1]
+	if g := q.c.groupSize; k.Dim(3)%g != 0 || v.Dim(3)%g != 0 {
+		return fmt.Errorf("kv: head dims %d/%d are not multiples of group size %d", k.Dim(3), v.Dim(3), g)
+	}
+	return tensor.Try(func() {
+		scoped(func() {
+			if n < k.Dim(2) {
+				k, v = sliceT(k, 0, n), sliceT(v, 0, n)
+			}
+			enc, _ := q.c.encode("ToQuantized", k, v)
+			keep(enc...)
+			q.parts = enc
+		})
+	})
+}
+
 // ---- helpers shared by the cache types ----
 
 // keep detaches arrays from the caller's scope: the cache owns them.

@@ -62,14 +62,8 @@ func checkQuantSpec(groupSize, bits int) error {
 
 // linear is the buffer logic of KVCache and QuantizedKVCache: every token
 // kept, in order, in buffers grown in Step-slot increments.
-type linear struct {
-	kind   Kind
-	c      codec
-	parts  []*tensor.Array // nil while empty; capacity is parts[0].Dim(2)
-	offset int
-	views  []*tensor.Array // handed out by the last UpdateAndFetch
-	pin    *mapping        // the file mapping borrowed arrays come from, if any
-}
+// Its capacity is parts[0].Dim(2).
+type linear struct{ buffers }
 
 // KVCache keeps every token, like mlx-lm's KVCache: buffers grow by Step
 // slots (amortised), new tokens are written in place, and UpdateAndFetch
@@ -77,12 +71,13 @@ type linear struct {
 type KVCache struct{ linear }
 
 // NewKVCache returns an empty KVCache.
-func NewKVCache() *KVCache { return &KVCache{linear{kind: KindKV}} }
+func NewKVCache() *KVCache { return &KVCache{linear{buffers{kind: KindKV}}} }
 
 // QuantizedKVCache is KVCache with keys and values stored affine-quantized
 // along the head dim (MLX's format: uint32 words, per-group scales and
-// biases), roughly 4× (8 bits) or 7× (4 bits) smaller than bfloat16 at
-// group size 64. Attention reads it through quantized matmuls.
+// biases), about 1.9× (8 bits) or 3.6× (4 bits) smaller than bfloat16 at
+// group size 64 (BenchmarkBytesPerToken). Attention reads it through
+// quantized matmuls.
 type QuantizedKVCache struct{ linear }
 
 // NewQuantizedKVCache returns an empty quantized cache; the head dims of
@@ -91,7 +86,7 @@ func NewQuantizedKVCache(groupSize, bits int) (*QuantizedKVCache, error) {
 	if err := checkQuantSpec(groupSize, bits); err != nil {
 		return nil, err
 	}
-	return &QuantizedKVCache{linear{kind: KindQuantized, c: codec{groupSize, bits}}}, nil
+	return &QuantizedKVCache{linear{buffers{kind: KindQuantized, c: codec{groupSize, bits}}}}, nil
 }
 
 // GroupSize and Bits describe the quantization.
@@ -99,11 +94,6 @@ func (q *QuantizedKVCache) GroupSize() int { return q.c.groupSize }
 
 // Bits is the width of each quantized value.
 func (q *QuantizedKVCache) Bits() int { return q.c.bits }
-
-func (l *linear) freeViews() {
-	tensor.Free(l.views...)
-	l.views = nil
-}
 
 // UpdateAndFetch writes the new tokens at the offset, growing the buffers
 // first when they are full: the live prefix is kept (trimmed to the offset
@@ -151,19 +141,9 @@ func (l *linear) UpdateAndFetch(keys, values *tensor.Array) KV {
 	return l.c.kv(l.views)
 }
 
-// Offset is the number of tokens held.
-func (l *linear) Offset() int { return l.offset }
-
 // MakeMask follows mlx-lm's create_attention_mask at the cache's offset.
 func (l *linear) MakeMask(n, windowSize int, returnArray bool) Mask {
 	return attentionMask(l.backend(), n, l.offset, windowSize, returnArray)
-}
-
-func (l *linear) backend() tensor.Backend {
-	if l.parts != nil {
-		return l.parts[0].Backend()
-	}
-	return tensor.Default()
 }
 
 // IsTrimmable is always true: every token is still there.
@@ -190,12 +170,8 @@ func (l *linear) State() State {
 // SetState takes the arrays as the whole buffers; the offset becomes their
 // length (mlx-lm's rule), so the next write grows them.
 func (l *linear) SetState(st State) error {
-	if st.Kind != l.kind {
-		return fmt.Errorf("kv: %s state for a %s", st.Kind, l.kind)
-	}
-	if l.c.quantized() && (st.GroupSize != l.c.groupSize || st.Bits != l.c.bits) {
-		return fmt.Errorf("kv: state quantized with group %d, %d bits for a cache with group %d, %d bits",
-			st.GroupSize, st.Bits, l.c.groupSize, l.c.bits)
+	if err := l.checkState(st); err != nil {
+		return err
 	}
 	if err := checkStateArrays(st, l.c.nparts()); err != nil {
 		return err
@@ -225,34 +201,14 @@ func checkStateArrays(st State, nparts int) error {
 	return nil
 }
 
-// Clone shares the buffers copy-on-write.
-func (l *linear) clone() linear {
-	c := linear{kind: l.kind, c: l.c, offset: l.offset, pin: l.pin.acquire()}
-	c.parts = handles(l.parts)
-	keep(c.parts...)
-	return c
-}
-
-// Bytes counts the buffers' capacity.
-func (l *linear) Bytes() int { return bytesOf(l.parts) }
-
-func (l *linear) release() {
-	l.freeViews()
-	tensor.Free(l.parts...)
-	l.parts = nil
-	l.offset = 0
-	l.pin.release()
-	l.pin = nil
-}
-
 // Free releases the buffers and empties the cache.
 func (l *linear) Free() { l.release() }
 
 // Clone returns an independent copy (copy-on-write).
-func (c *KVCache) Clone() Cache { return &KVCache{c.clone()} }
+func (c *KVCache) Clone() Cache { return &KVCache{linear{c.cloneBuffers()}} }
 
 // Clone returns an independent copy (copy-on-write).
-func (c *QuantizedKVCache) Clone() Cache { return &QuantizedKVCache{c.clone()} }
+func (c *QuantizedKVCache) Clone() Cache { return &QuantizedKVCache{linear{c.cloneBuffers()}} }
 
 // ToQuantized converts the cache to a QuantizedKVCache holding its live
 // tokens, as mlx-lm's to_quantized does; c is left unchanged.
@@ -261,24 +217,9 @@ func (c *KVCache) ToQuantized(groupSize, bits int) (*QuantizedKVCache, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.parts == nil {
-		return q, nil
-	}
-	if c.parts[0].Dim(3)%groupSize != 0 || c.parts[1].Dim(3)%groupSize != 0 {
-		return nil, fmt.Errorf("kv: head dims %d/%d are not multiples of group size %d", c.parts[0].Dim(3), c.parts[1].Dim(3), groupSize)
-	}
-	err = tensor.Try(func() {
-		scoped(func() {
-			k := sliceT(c.parts[0], 0, c.offset)
-			v := sliceT(c.parts[1], 0, c.offset)
-			enc, _ := q.c.encode("ToQuantized", k, v)
-			keep(enc...)
-			q.parts = enc
-			q.offset = c.offset
-		})
-	})
-	if err != nil {
+	if err := c.quantizeInto(&q.buffers, c.offset); err != nil {
 		return nil, err
 	}
+	q.offset = c.offset
 	return q, nil
 }

@@ -2,6 +2,7 @@ package kv
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -26,18 +27,6 @@ func boolsOf(s string) []bool {
 		}
 	}
 	return out
-}
-
-func equalBools(a, b []bool) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestLinearMasks: mlx-lm's create_attention_mask rules at offset 2.
@@ -69,9 +58,9 @@ func TestLinearMasks(t *testing.T) {
 			t.Errorf("%s: kind %v, want %v", tc.name, m.Kind, tc.kind)
 		}
 		if tc.shape != nil {
-			if m.Array == nil || !equalInts(m.Array.Shape(), tc.shape) {
+			if m.Array == nil || !slices.Equal(m.Array.Shape(), tc.shape) {
 				t.Errorf("%s: mask %v, want shape %v", tc.name, m.Array, tc.shape)
-			} else if got := maskBits(m); !equalBools(got, boolsOf(tc.bits)) {
+			} else if got := maskBits(m); !slices.Equal(got, boolsOf(tc.bits)) {
 				t.Errorf("%s: mask %v, want %s", tc.name, got, tc.bits)
 			}
 		} else if m.Array != nil {
@@ -104,7 +93,7 @@ func TestRotatingMasks(t *testing.T) {
 			}
 			return
 		}
-		if !equalInts(m.Array.Shape(), shape) || !equalBools(maskBits(m), boolsOf(bits)) {
+		if !slices.Equal(m.Array.Shape(), shape) || !slices.Equal(maskBits(m), boolsOf(bits)) {
 			t.Fatalf("%s: mask %v %v, want %v %s", name, m.Array.Shape(), maskBits(m), shape, bits)
 		}
 	}

@@ -327,18 +327,11 @@ func Load(path string, want Expect) (*Saved, error) {
 }
 
 func setPin(c Cache, m *mapping) {
-	switch p := c.(type) {
-	case *KVCache:
-		p.pin = m
-	case *QuantizedKVCache:
-		p.pin = m
-	case *RotatingKVCache:
-		p.pin = m
-	case *QuantizedRotatingKVCache:
-		p.pin = m
-	default:
-		m.release()
+	if p, ok := c.(interface{ setPin(*mapping) }); ok {
+		p.setPin(m)
+		return
 	}
+	m.release()
 }
 
 func newCacheFor(e cacheEntry) (Cache, error) {

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -57,7 +58,7 @@ func TestPersistRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !equalInts32(got.Tokens, toks) || got.Meta.ModelID != "tiny-llama@abc" || got.Meta.Extra["template"] != "v1" {
+	if !slices.Equal(got.Tokens, toks) || got.Meta.ModelID != "tiny-llama@abc" || got.Meta.Extra["template"] != "v1" {
 		t.Fatalf("tokens %v, meta %+v", got.Tokens, got.Meta)
 	}
 	for i, c := range cs {
@@ -91,18 +92,6 @@ func TestPersistRoundTrip(t *testing.T) {
 	for _, c := range cs {
 		c.Free()
 	}
-}
-
-func equalInts32(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestPersistRefuses: damaged and mismatched files are refused with the

@@ -2,6 +2,7 @@ package kv
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -354,11 +355,11 @@ func TestRotatingLayout(t *testing.T) {
 		kv := c.UpdateAndFetch(k, v)
 		tensor.Free(k, v)
 		pos += s.n
-		if got := ids(kv.Keys); !equalInts(got, s.fetched) {
+		if got := ids(kv.Keys); !slices.Equal(got, s.fetched) {
 			t.Fatalf("step %d: fetched %v, want %v", i, got, s.fetched)
 		}
 		tk, tv := c.Temporal()
-		if got := ids(tk); !equalInts(got, s.temporal) {
+		if got := ids(tk); !slices.Equal(got, s.temporal) {
 			t.Fatalf("step %d: temporal %v, want %v", i, got, s.temporal)
 		}
 		tensor.Free(tk, tv)
@@ -392,16 +393,4 @@ func TestRotatingKeep(t *testing.T) {
 	if f[0] != 0 || f[4] != 100 {
 		t.Fatalf("keep prefix lost: temporal starts %v, %v", f[0], f[4])
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -21,15 +21,10 @@ import (
 //     position wraps to keep, overwriting the oldest token.
 //   - offset counts every token ever written; idx is the next write slot.
 type rotating struct {
-	kind    Kind
-	c       codec
+	buffers
 	maxSize int
 	keepN   int
-	parts   []*tensor.Array
-	offset  int
 	idx     int
-	views   []*tensor.Array
-	pin     *mapping
 }
 
 // RotatingKVCache is a sliding-window cache holding (about) the last
@@ -44,7 +39,7 @@ func NewRotatingKVCache(maxSize, keep int) *RotatingKVCache {
 	if maxSize <= 0 || keep < 0 || keep >= maxSize {
 		throwf("NewRotatingKVCache", tensor.ErrArgument, "max size %d, keep %d", maxSize, keep)
 	}
-	return &RotatingKVCache{rotating{kind: KindRotating, maxSize: maxSize, keepN: keep}}
+	return &RotatingKVCache{rotating{buffers: buffers{kind: KindRotating}, maxSize: maxSize, keepN: keep}}
 }
 
 // QuantizedRotatingKVCache is RotatingKVCache with quantized storage (the
@@ -59,16 +54,11 @@ func NewQuantizedRotatingKVCache(maxSize, keep, groupSize, bits int) (*Quantized
 	if maxSize <= 0 || keep < 0 || keep >= maxSize {
 		return nil, fmt.Errorf("kv: rotating cache with max size %d, keep %d", maxSize, keep)
 	}
-	return &QuantizedRotatingKVCache{rotating{kind: KindQuantizedRotating, c: codec{groupSize, bits}, maxSize: maxSize, keepN: keep}}, nil
+	return &QuantizedRotatingKVCache{rotating{buffers: buffers{kind: KindQuantizedRotating, c: codec{groupSize, bits}}, maxSize: maxSize, keepN: keep}}, nil
 }
 
 // MaxSize is the window.
 func (r *rotating) MaxSize() int { return r.maxSize }
-
-func (r *rotating) freeViews() {
-	tensor.Free(r.views...)
-	r.views = nil
-}
 
 // UpdateAndFetch writes one token in place or several by concatenation.
 func (r *rotating) UpdateAndFetch(keys, values *tensor.Array) KV {
@@ -206,16 +196,6 @@ func (c *RotatingKVCache) Temporal() (keys, values *tensor.Array) {
 	return out[0], out[1]
 }
 
-// Offset is the number of tokens ever written.
-func (r *rotating) Offset() int { return r.offset }
-
-func (r *rotating) backend() tensor.Backend {
-	if r.parts != nil {
-		return r.parts[0].Backend()
-	}
-	return tensor.Default()
-}
-
 // MakeMask follows mlx-lm's RotatingKVCache.make_mask. For several tokens
 // the mask is causal with a window (maxSize unless windowSize is smaller)
 // at offset min(maxSize-1, offset), an array only when the window bites or
@@ -286,12 +266,8 @@ func (r *rotating) State() State {
 
 // SetState restores buffers, offset, write position, window and keep.
 func (r *rotating) SetState(st State) error {
-	if st.Kind != r.kind {
-		return fmt.Errorf("kv: %s state for a %s", st.Kind, r.kind)
-	}
-	if r.c.quantized() && (st.GroupSize != r.c.groupSize || st.Bits != r.c.bits) {
-		return fmt.Errorf("kv: state quantized with group %d, %d bits for a cache with group %d, %d bits",
-			st.GroupSize, st.Bits, r.c.groupSize, r.c.bits)
+	if err := r.checkState(st); err != nil {
+		return err
 	}
 	if st.MaxSize <= 0 || st.Keep < 0 || st.Keep >= st.MaxSize || st.Offset < 0 || st.Idx < 0 {
 		return fmt.Errorf("kv: rotating state with max size %d, keep %d, offset %d, idx %d", st.MaxSize, st.Keep, st.Offset, st.Idx)
@@ -313,23 +289,14 @@ func (r *rotating) SetState(st State) error {
 
 func (r *rotating) clone() rotating {
 	c := *r
-	c.views = nil
-	c.pin = r.pin.acquire()
-	c.parts = handles(r.parts)
-	keep(c.parts...)
+	c.buffers = r.cloneBuffers()
 	return c
 }
 
-// Bytes counts the buffers' capacity.
-func (r *rotating) Bytes() int { return bytesOf(r.parts) }
-
+// release empties the cache, write position included.
 func (r *rotating) release() {
-	r.freeViews()
-	tensor.Free(r.parts...)
-	r.parts = nil
-	r.offset, r.idx = 0, 0
-	r.pin.release()
-	r.pin = nil
+	r.buffers.release()
+	r.idx = 0
 }
 
 // Free releases the buffers and empties the cache.
@@ -352,17 +319,7 @@ func (c *RotatingKVCache) ToQuantized(groupSize, bits int) (*QuantizedRotatingKV
 	if c.parts == nil {
 		return q, nil
 	}
-	if c.parts[0].Dim(3)%groupSize != 0 || c.parts[1].Dim(3)%groupSize != 0 {
-		return nil, fmt.Errorf("kv: head dims %d/%d are not multiples of group size %d", c.parts[0].Dim(3), c.parts[1].Dim(3), groupSize)
-	}
-	err = tensor.Try(func() {
-		scoped(func() {
-			enc, _ := q.c.encode("ToQuantized", c.parts[0], c.parts[1])
-			keep(enc...)
-			q.parts = enc
-		})
-	})
-	if err != nil {
+	if err := c.quantizeInto(&q.buffers, c.parts[0].Dim(2)); err != nil {
 		return nil, err
 	}
 	return q, nil

@@ -48,6 +48,9 @@ type Sampler struct {
 	fastM int           // candidate count of the top-k fast path; 0: full path
 	bias  *tensor.Array // dense [vocab] float32 logit bias, or nil
 	xtcNo *tensor.Array // bool [vocab], true for XTC-exempt ids, or nil
+	// maskWord and maskBit are every id's token-mask word (int32 [V]) and
+	// bit in it (int32 [1, V]), made on the first masked step.
+	maskWord, maskBit *tensor.Array
 }
 
 // New validates p for a vocabulary of vocab tokens and makes a sampler on
@@ -99,10 +102,27 @@ func NewOn(be tensor.Backend, p Params, vocab int) (s *Sampler, err error) {
 // Params returns the sampler's parameters with defaults filled in.
 func (s *Sampler) Params() Params { return s.p }
 
+// HistoryWindow is how many of the latest history tokens Step reads: the
+// largest window of the repetition, presence and frequency penalties that
+// are on, 0 when none is (the history then does not change the token).
+func (s *Sampler) HistoryWindow() int {
+	p, w := s.p, 0
+	if p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1 {
+		w = max(w, p.RepetitionContextSize)
+	}
+	if p.PresencePenalty != 0 {
+		w = max(w, p.PresenceContextSize)
+	}
+	if p.FrequencyPenalty != 0 {
+		w = max(w, p.FrequencyContextSize)
+	}
+	return w
+}
+
 // Free releases the sampler's arrays.
 func (s *Sampler) Free() {
-	tensor.Free(s.key, s.bias, s.xtcNo)
-	s.key, s.bias, s.xtcNo = nil, nil, nil
+	tensor.Free(s.key, s.bias, s.xtcNo, s.maskWord, s.maskBit)
+	s.key, s.bias, s.xtcNo, s.maskWord, s.maskBit = nil, nil, nil, nil, nil
 }
 
 // Step holds one step's lazily computed results (on a lazy backend they
@@ -212,7 +232,7 @@ func (s *Sampler) Step(logits *tensor.Array, history []int32, mask []int32) (st 
 	}
 	x = s.process(x, history)
 	if mask != nil {
-		x = applyMask(s.be, x, mask, s.vocab)
+		x = s.applyMask(x, mask)
 	}
 	logprobs := tensor.LogSoftmax(x, -1)
 
@@ -282,15 +302,19 @@ func checkMask(mask []int32, vocab, rows int) error {
 }
 
 // applyMask sets logits of disallowed tokens to -inf.
-func applyMask(be tensor.Backend, x *tensor.Array, mask []int32, vocab int) *tensor.Array {
-	w := (vocab + 31) / 32
+func (s *Sampler) applyMask(x *tensor.Array, mask []int32) *tensor.Array {
+	be := s.be
+	if s.maskWord == nil {
+		ids := tensor.ArangeOn(be, 0, float64(s.vocab), 1, tensor.Int32)
+		s.maskWord = tensor.RightShift(ids, scalarI32(be, 5))
+		s.maskBit = tensor.ExpandDims(tensor.BitwiseAnd(ids, scalarI32(be, 31)), 0)
+		tensor.Detach(s.maskWord, s.maskBit) // kept across steps
+	}
+	w := (s.vocab + 31) / 32
 	rows := len(mask) / w
 	words := tensor.FromBytesOn(be, int32Bytes(mask), []int{rows, w}, tensor.Int32, false)
-	ids := tensor.ArangeOn(be, 0, float64(vocab), 1, tensor.Int32)
-	wordIdx := tensor.RightShift(ids, scalarI32(be, 5))
-	bitIdx := tensor.BitwiseAnd(ids, scalarI32(be, 31))
-	sel := tensor.Take(words, wordIdx, 1) // [rows, V]
-	bit := tensor.BitwiseAnd(tensor.RightShift(sel, tensor.ExpandDims(bitIdx, 0)), scalarI32(be, 1))
+	sel := tensor.Take(words, s.maskWord, 1) // [rows, V]
+	bit := tensor.BitwiseAnd(tensor.RightShift(sel, s.maskBit), scalarI32(be, 1))
 	allowed := tensor.NotEqual(bit, scalarI32(be, 0))
 	return tensor.WhereScalar(allowed, x, math.Inf(-1))
 }

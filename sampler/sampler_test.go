@@ -245,15 +245,22 @@ func logitsArray(x []float64) *tensor.Array {
 	return tensor.FromFloat64(x, []int{1, len(x)}, tensor.Float32)
 }
 
-func draw(t *testing.T, p Params, logits []float64, n int) []int {
+// rowSampler makes a sampler for p over the vocabulary of one row of
+// logits, and the row as an array; free releases both.
+func rowSampler(t testing.TB, p Params, logits []float64) (s *Sampler, x *tensor.Array, free func()) {
 	t.Helper()
 	s, err := New(p, len(logits))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Free()
-	x := logitsArray(logits)
-	defer x.Free()
+	x = logitsArray(logits)
+	return s, x, func() { x.Free(); s.Free() }
+}
+
+func draw(t *testing.T, p Params, logits []float64, n int) []int {
+	t.Helper()
+	s, x, free := rowSampler(t, p, logits)
+	defer free()
 	counts := make([]int, len(logits))
 	for i := 0; i < n; i++ {
 		r, err := s.Sample(x, nil, nil)
@@ -624,13 +631,8 @@ func TestAllInfButOne(t *testing.T) {
 	inf := math.Inf(-1)
 	logits := []float64{inf, inf, 0.5, inf, inf}
 	p := Params{Temperature: 1, TopP: 0.9, MinP: 0.1, TopK: 2, XTCProbability: 1, XTCThreshold: 0.1, Seed: seed(1), Logprobs: true}
-	s, err := New(p, len(logits))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Free()
-	x := logitsArray(logits)
-	defer x.Free()
+	s, x, free := rowSampler(t, p, logits)
+	defer free()
 	for i := 0; i < 50; i++ {
 		r, err := s.Sample(x, nil, nil)
 		if err != nil {
@@ -664,13 +666,8 @@ func TestSeeds(t *testing.T) {
 	defer tensortest.NoLeaks(t)()
 	logits := randomLogits(rand.New(rand.NewPCG(1, 2)), 50)
 	run := func(sd uint64) []int {
-		s, err := New(Params{Temperature: 1, TopP: 0.95, Seed: seed(sd)}, len(logits))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Free()
-		x := logitsArray(logits)
-		defer x.Free()
+		s, x, free := rowSampler(t, Params{Temperature: 1, TopP: 0.95, Seed: seed(sd)}, logits)
+		defer free()
 		var toks []int
 		for i := 0; i < 40; i++ {
 			r, err := s.Sample(x, nil, nil)
@@ -693,15 +690,10 @@ func TestSeeds(t *testing.T) {
 func TestMask(t *testing.T) {
 	defer tensortest.NoLeaks(t)()
 	logits := []float64{5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6, -7, -8, -9, -10, -11, -12, -13, -14, -15, -16, -17, -18, -19, -20, -21, -22, -23, -24, -25, -26, -27, -28}
-	v := len(logits) // 34: two mask words
+	// 34 tokens: two mask words
 	mask := []int32{0, 1 << 1}
-	s, err := New(Params{Temperature: 1, Seed: seed(9)}, v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Free()
-	x := logitsArray(logits)
-	defer x.Free()
+	s, x, free := rowSampler(t, Params{Temperature: 1, Seed: seed(9)}, logits)
+	defer free()
 	for i := 0; i < 20; i++ {
 		r, err := s.Sample(x, nil, mask)
 		if err != nil {
@@ -712,7 +704,7 @@ func TestMask(t *testing.T) {
 		}
 	}
 	// bits beyond the vocabulary do not count as allowed
-	_, err = s.Sample(x, nil, []int32{0, ^int32(3)})
+	_, err := s.Sample(x, nil, []int32{0, ^int32(3)})
 	if !errors.Is(err, ErrAllMasked) {
 		t.Fatalf("all-masked row: err %v, want ErrAllMasked", err)
 	}
@@ -753,13 +745,8 @@ func TestProcessors(t *testing.T) {
 		want[id] -= 0.25
 	}
 	wantLP := logSoftmax(want)
-	s, err := New(p, len(logits))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Free()
-	x := logitsArray(logits)
-	defer x.Free()
+	s, x, free := rowSampler(t, p, logits)
+	defer free()
 	r, err := s.Sample(x, history, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -793,13 +780,8 @@ func TestFrequencyCountsOccurrences(t *testing.T) {
 	defer tensortest.NoLeaks(t)()
 	// token 0 seen three times, token 1 once: 0 drops by 3·0.5, 1 by 0.5
 	logits := []float64{2, 1.2, 0}
-	s, err := New(Params{FrequencyPenalty: 0.5, Logprobs: true}, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Free()
-	x := logitsArray(logits)
-	defer x.Free()
+	s, x, free := rowSampler(t, Params{FrequencyPenalty: 0.5, Logprobs: true}, logits)
+	defer free()
 	r, err := s.Sample(x, []int32{0, 1, 0, 0}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -848,17 +830,16 @@ func TestBadParams(t *testing.T) {
 }
 
 // benchStep times one sampling step at vocabulary 262,144 on fixed random
-// logits with p (and history, when given).
-func benchStep(b *testing.B, p Params, history []int32) {
+// logits with p (and history, when given); full forces the
+// full-vocabulary path where the top-k candidate path would run.
+func benchStep(b *testing.B, p Params, history []int32, full bool) {
 	const v = 262144
-	x := logitsArray(randomLogits(rand.New(rand.NewPCG(5, 6)), v))
-	defer x.Free()
 	p.Seed = seed(1)
-	s, err := New(p, v)
-	if err != nil {
-		b.Fatal(err)
+	s, x, free := rowSampler(b, p, randomLogits(rand.New(rand.NewPCG(5, 6)), v))
+	defer free()
+	if full {
+		s.fastM = 0 // the full-vocabulary path, for comparison
 	}
-	defer s.Free()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if _, err := s.Sample(x, history, nil); err != nil {
@@ -879,18 +860,56 @@ func BenchmarkStepVocab262k(b *testing.B) {
 		XTCProbability: 0.5, XTCThreshold: 0.1, RepetitionPenalty: 1.1,
 		PresencePenalty: 0.2, FrequencyPenalty: 0.2, LogitBias: map[int]float64{5: 1},
 		Logprobs: true, TopLogprobs: 5,
-	}, hist)
+	}, hist, false)
 }
 
 // BenchmarkStepVocab262kTopPTopK is Gemma's generation_config: temperature,
 // top_p 0.95 and top_k 64, nothing else.
 func BenchmarkStepVocab262kTopPTopK(b *testing.B) {
-	benchStep(b, Params{Temperature: 1, TopP: 0.95, TopK: 64}, nil)
+	benchStep(b, Params{Temperature: 1, TopP: 0.95, TopK: 64}, nil, false)
+}
+
+// BenchmarkStepVocab262kTopPTopKFull is BenchmarkStepVocab262kTopPTopK on
+// the full-vocabulary path.
+func BenchmarkStepVocab262kTopPTopKFull(b *testing.B) {
+	benchStep(b, Params{Temperature: 1, TopP: 0.95, TopK: 64}, nil, true)
 }
 
 // BenchmarkStepVocab262kXTCTopK exercises XTC, min-p (with keep) and top-k
 // on the candidate fast path.
 func BenchmarkStepVocab262kXTCTopK(b *testing.B) {
-	benchStep(b, Params{Temperature: 0.8, MinP: 0.05, MinTokensToKeep: 2, TopK: 40,
-		XTCProbability: 0.5, XTCThreshold: 0.1}, nil)
+	benchStep(b, xtcTopK, nil, false)
+}
+
+// BenchmarkStepVocab262kXTCTopKFull is BenchmarkStepVocab262kXTCTopK on the
+// full-vocabulary path.
+func BenchmarkStepVocab262kXTCTopKFull(b *testing.B) {
+	benchStep(b, xtcTopK, nil, true)
+}
+
+var xtcTopK = Params{Temperature: 0.8, MinP: 0.05, MinTokensToKeep: 2, TopK: 40, XTCProbability: 0.5, XTCThreshold: 0.1}
+
+// TestHistoryWindow: the window is the largest of the penalties that are
+// on (defaults filled in), 0 without penalties.
+func TestHistoryWindow(t *testing.T) {
+	defer tensortest.NoLeaks(t)()
+	for _, c := range []struct {
+		p    Params
+		want int
+	}{
+		{Params{}, 0},
+		{Params{RepetitionPenalty: 1, RepetitionContextSize: 50}, 0},
+		{Params{RepetitionPenalty: 1.1}, 20},
+		{Params{RepetitionPenalty: 1.1, RepetitionContextSize: 5, PresencePenalty: 0.5, PresenceContextSize: 64}, 64},
+		{Params{FrequencyPenalty: 0.2, FrequencyContextSize: 7, PresenceContextSize: 90}, 7},
+	} {
+		s, err := New(c.p, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.HistoryWindow(); got != c.want {
+			t.Errorf("%+v: window %d, want %d", c.p, got, c.want)
+		}
+		s.Free()
+	}
 }

@@ -180,6 +180,97 @@ func (n *nfaBuilder) build(e *expr, from, to int32) {
 	}
 }
 
+// byteClasses partitions the bytes into the coarsest classes that no edge
+// of the automaton tells apart (every edge set holds all of a class or
+// none of it). It returns each byte's class and, per class, its smallest
+// byte as the representative; len(rep) is the number of classes.
+func (n *nfaBuilder) byteClasses() (cls [256]uint8, rep []byte) {
+	var id [256]int
+	ncls := 1
+	seen := map[byteSet]bool{}
+	for _, st := range n.st {
+		for _, e := range st.edges {
+			if seen[e.set] {
+				continue
+			}
+			seen[e.set] = true
+			remap := map[[2]int]int{}
+			for c := 0; c < 256; c++ {
+				k := [2]int{id[c], 0}
+				if e.set.has(byte(c)) {
+					k[1] = 1
+				}
+				j, ok := remap[k]
+				if !ok {
+					j = len(remap)
+					remap[k] = j
+				}
+				id[c] = j
+			}
+			ncls = len(remap)
+		}
+	}
+	rep = make([]byte, ncls)
+	for c := 255; c >= 0; c-- {
+		cls[c] = uint8(id[c])
+		rep[id[c]] = byte(c)
+	}
+	return cls, rep
+}
+
+// subsetWalker runs the two moves of a subset construction over an NFA:
+// epsilon closure and the step on one byte. work counts the NFA states and
+// edges visited, so that callers can bound the time a hostile input takes.
+type subsetWalker struct {
+	nb   *nfaBuilder
+	mark []int32 // mark[s] == gen: s is already in the closure being built
+	gen  int32
+	work int
+}
+
+func newSubsetWalker(nb *nfaBuilder) *subsetWalker {
+	return &subsetWalker{nb: nb, mark: make([]int32, len(nb.st))}
+}
+
+// closure returns the states reachable from seed by epsilon moves, sorted.
+func (w *subsetWalker) closure(seed []int32) []int32 {
+	w.gen++
+	w.work += len(seed)
+	var out []int32
+	stack := append([]int32(nil), seed...)
+	for len(stack) > 0 {
+		s := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if w.mark[s] == w.gen {
+			continue
+		}
+		w.mark[s] = w.gen
+		out = append(out, s)
+		stack = append(stack, w.nb.st[s].eps...)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// step returns the closure of the states set reaches on byte c, or nil
+// when it reaches none.
+func (w *subsetWalker) step(set []int32, c byte) []int32 {
+	var tg []int32
+	w.work += len(set)
+	for _, s := range set {
+		w.work += len(w.nb.st[s].edges)
+		for _, e := range w.nb.st[s].edges {
+			if e.set.has(c) {
+				tg = append(tg, e.to)
+			}
+		}
+	}
+	if len(tg) == 0 {
+		return nil
+	}
+	return w.closure(tg)
+}
+
 type call struct{ rule, ret int32 }
 
 // Grammar is a compiled grammar independent of any vocabulary: one
@@ -231,62 +322,12 @@ func finishGrammar(b *builder, root int) (*Grammar, error) {
 		}
 	}
 	g := &Grammar{ruleNames: b.names}
-	var cls [256]int
-	ncls := 1
-	seen := map[byteSet]bool{}
-	for _, st := range nb.st {
-		for _, e := range st.edges {
-			if seen[e.set] {
-				continue
-			}
-			seen[e.set] = true
-			remap := map[[2]int]int{}
-			n := 0
-			for c := 0; c < 256; c++ {
-				k := [2]int{cls[c], 0}
-				if e.set.has(byte(c)) {
-					k[1] = 1
-				}
-				id, ok := remap[k]
-				if !ok {
-					id = n
-					n++
-					remap[k] = id
-				}
-				cls[c] = id
-			}
-			ncls = n
-		}
-	}
-	g.nclass = ncls
-	g.classRep = make([]byte, ncls)
-	for c := 255; c >= 0; c-- {
-		g.class[c] = uint8(cls[c])
-		g.classRep[cls[c]] = byte(c)
-	}
+	g.class, g.classRep = nb.byteClasses()
+	g.nclass = len(g.classRep)
+	ncls := g.nclass
 	// Subset construction per rule.
 	g.ruleStart = make([]int32, len(b.bodies))
-	mark := make([]int32, len(nb.st))
-	gen := int32(0)
-	work := 0
-	closure := func(seed []int32) []int32 {
-		gen++
-		work += len(seed)
-		out := []int32{}
-		stack := append([]int32(nil), seed...)
-		for len(stack) > 0 {
-			s := stack[len(stack)-1]
-			stack = stack[:len(stack)-1]
-			if mark[s] == gen {
-				continue
-			}
-			mark[s] = gen
-			out = append(out, s)
-			stack = append(stack, nb.st[s].eps...)
-		}
-		sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-		return out
-	}
+	sw := newSubsetWalker(nb)
 	key := func(set []int32) string {
 		buf := make([]byte, 4*len(set))
 		for i, s := range set {
@@ -305,7 +346,7 @@ func finishGrammar(b *builder, root int) (*Grammar, error) {
 			if len(g.final) >= maxDFANodes {
 				return 0, &Error{Location: "rule " + b.names[r], Keyword: "size", Msg: fmt.Sprintf("grammar too large: more than %d automaton nodes (limit maxDFANodes)", maxDFANodes)}
 			}
-			if work > maxDeterminizeWork {
+			if sw.work > maxDeterminizeWork {
 				return 0, &Error{Location: "rule " + b.names[r], Keyword: "size", Msg: fmt.Sprintf("grammar too complex: determinizing it needs more than %d steps (limit maxDeterminizeWork); simplify repetitions of large character classes", maxDeterminizeWork)}
 			}
 			id := int32(len(g.final))
@@ -320,7 +361,7 @@ func finishGrammar(b *builder, root int) (*Grammar, error) {
 			return id, nil
 		}
 		base := int32(len(g.final))
-		start, err := add(closure([]int32{rn[r].start}))
+		start, err := add(sw.closure([]int32{rn[r].start}))
 		if err != nil {
 			return nil, err
 		}
@@ -342,28 +383,18 @@ func finishGrammar(b *builder, root int) (*Grammar, error) {
 				}
 			}
 			for _, cr := range callOrder {
-				t, err := add(closure(callTo[cr]))
+				t, err := add(sw.closure(callTo[cr]))
 				if err != nil {
 					return nil, err
 				}
 				g.calls[id] = append(g.calls[id], call{cr, t})
 			}
 			for c := 0; c < ncls; c++ {
-				rep := g.classRep[c]
-				var tg []int32
-				work += len(set)
-				for _, s := range set {
-					work += len(nb.st[s].edges)
-					for _, e := range nb.st[s].edges {
-						if e.set.has(rep) {
-							tg = append(tg, e.to)
-						}
-					}
-				}
-				if len(tg) == 0 {
+				tg := sw.step(set, g.classRep[c])
+				if tg == nil {
 					continue
 				}
-				t, err := add(closure(tg))
+				t, err := add(tg)
 				if err != nil {
 					return nil, err
 				}

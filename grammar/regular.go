@@ -3,7 +3,6 @@ package grammar
 import (
 	"encoding/binary"
 	"fmt"
-	"sort"
 )
 
 // Limits of regularOp, which JSON Schema runs on request-supplied
@@ -39,62 +38,12 @@ func regularOp(a, b *expr, intersect bool) (*expr, error) {
 		}
 	}
 	// Byte classes over both automata.
-	var cls [256]int
-	seen := map[byteSet]bool{}
-	for _, st := range nb.st {
-		for _, e := range st.edges {
-			if seen[e.set] {
-				continue
-			}
-			seen[e.set] = true
-			remap := map[[2]int]int{}
-			for c := 0; c < 256; c++ {
-				k := [2]int{cls[c], 0}
-				if e.set.has(byte(c)) {
-					k[1] = 1
-				}
-				id, ok := remap[k]
-				if !ok {
-					id = len(remap)
-					remap[k] = id
-				}
-				cls[c] = id
-			}
-		}
-	}
-	ncls := 0
-	for _, c := range cls {
-		if c+1 > ncls {
-			ncls = c + 1
-		}
-	}
-	rep := make([]byte, ncls)
-	var members = make([]byteSet, ncls)
-	for c := 255; c >= 0; c-- {
-		rep[cls[c]] = byte(c)
+	cls, rep := nb.byteClasses()
+	members := make([]byteSet, len(rep))
+	for c := range 256 {
 		members[cls[c]].addRange(byte(c), byte(c))
 	}
-	mark := make([]int32, len(nb.st))
-	gen := int32(0)
-	work := 0
-	closure := func(seed []int32) []int32 {
-		gen++
-		work += len(seed)
-		var out []int32
-		stack := append([]int32(nil), seed...)
-		for len(stack) > 0 {
-			s := stack[len(stack)-1]
-			stack = stack[:len(stack)-1]
-			if mark[s] == gen {
-				continue
-			}
-			mark[s] = gen
-			out = append(out, s)
-			stack = append(stack, nb.st[s].eps...)
-		}
-		sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-		return out
-	}
+	sw := newSubsetWalker(nb)
 	type pstate struct{ a, b []int32 }
 	key := func(p pstate) string {
 		buf := make([]byte, 4*(len(p.a)+len(p.b)+1))
@@ -122,31 +71,15 @@ func regularOp(a, b *expr, intersect bool) (*expr, error) {
 		if len(states) >= maxProductStates {
 			return 0, fmt.Errorf("combined constraint too complex (more than %d states, limit maxProductStates)", maxProductStates)
 		}
-		if work > maxProductWork {
+		if sw.work > maxProductWork {
 			return 0, fmt.Errorf("combined constraint too complex (more than %d steps, limit maxProductWork)", maxProductWork)
 		}
 		ids[k] = len(states)
 		states = append(states, p)
 		return len(states) - 1, nil
 	}
-	step := func(set []int32, c byte) []int32 {
-		var tg []int32
-		work += len(set)
-		for _, s := range set {
-			work += len(nb.st[s].edges)
-			for _, e := range nb.st[s].edges {
-				if e.set.has(c) {
-					tg = append(tg, e.to)
-				}
-			}
-		}
-		if len(tg) == 0 {
-			return nil
-		}
-		return closure(tg)
-	}
 	g := &expr{op: opGraph}
-	if _, err := add(pstate{closure([]int32{sa}), closure([]int32{sb})}); err != nil {
+	if _, err := add(pstate{sw.closure([]int32{sa}), sw.closure([]int32{sb})}); err != nil {
 		return nil, err
 	}
 	for i := 0; i < len(states); i++ {
@@ -157,12 +90,12 @@ func regularOp(a, b *expr, intersect bool) (*expr, error) {
 		}
 		byTarget := map[int]byteSet{}
 		var order []int
-		for c := 0; c < ncls; c++ {
-			na := step(p.a, rep[c])
+		for c := range rep {
+			na := sw.step(p.a, rep[c])
 			if len(na) == 0 {
 				continue
 			}
-			nbs := step(p.b, rep[c])
+			nbs := sw.step(p.b, rep[c])
 			if intersect && len(nbs) == 0 {
 				continue
 			}

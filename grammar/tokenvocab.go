@@ -1,5 +1,7 @@
 package grammar
 
+import "slices"
+
 // TokenSource is the part of a tokenizer a grammar vocabulary is read
 // from. *tokenizer.Tokenizer (module github.com/mlxgo/mlxgo/tokenizer)
 // implements it as is, so callers holding both packages connect them with
@@ -68,11 +70,7 @@ func NewTokenizerVocab(src TokenSource, kind VocabKind, size int, stop []int) *S
 			continue
 		}
 		v.special[s] = true
-		dup := false
-		for _, o := range v.stop {
-			dup = dup || o == s
-		}
-		if !dup {
+		if !slices.Contains(v.stop, s) {
 			v.stop = append(v.stop, s)
 		}
 	}

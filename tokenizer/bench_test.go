@@ -1,28 +1,14 @@
 package tokenizer
 
 import (
-	"compress/gzip"
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"testing"
 )
 
 // benchDocs reads the ~1 MB benchmark text (Moby Dick chapters and code).
 func benchDocs(b testing.TB) ([]string, int) {
-	f, err := os.Open(filepath.Join("testdata", "bench.json.gz"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		b.Fatal(err)
-	}
 	var docs []string
-	if err := json.NewDecoder(zr).Decode(&docs); err != nil {
-		b.Fatal(err)
-	}
+	readGzJSON(b, filepath.Join("testdata", "bench.json.gz"), &docs)
 	n := 0
 	for _, d := range docs {
 		n += len(d)

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -220,7 +221,7 @@ func (t *Tokenizer) setConfig(c Config) {
 		}
 	}
 	if s, ok := c.SpecialTokens["eos_token"]; ok {
-		if id, ok := t.ID(s); ok && !containsInt(t.Config.EOSTokenIDs, id) {
+		if id, ok := t.ID(s); ok && !slices.Contains(t.Config.EOSTokenIDs, id) {
 			t.Config.EOSTokenIDs = append(t.Config.EOSTokenIDs, id)
 		}
 	}
@@ -241,13 +242,4 @@ func (t *Tokenizer) setConfig(c Config) {
 			}
 		}
 	}
-}
-
-func containsInt(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }

@@ -147,10 +147,8 @@ func (s stripDec) decodeChain(t []string) []string {
 	return out
 }
 
-type replaceDec struct {
-	m       matcher
-	content string
-}
+// replaceDec applies the Replace normalizer to each token.
+type replaceDec replace
 
 func (r replaceDec) decodeChain(t []string) []string {
 	out := make([]string, len(t))
@@ -251,14 +249,11 @@ func parseDecoder(raw json.RawMessage, path string) (decoder, error) {
 		r, _ := utf8.DecodeRuneInString(*c.Content)
 		return stripDec{r, c.Start, c.Stop}, nil
 	case "Replace":
-		m, err := c.Pattern.compile()
+		r, err := parseReplace(c.Pattern, c.Content, path)
 		if err != nil {
-			return nil, fieldErr(path+".pattern", err)
+			return nil, err
 		}
-		if c.Content == nil {
-			return nil, fieldErr(path+".content", fmt.Errorf("missing"))
-		}
-		return replaceDec{m, *c.Content}, nil
+		return replaceDec(r), nil
 	case "WordPiece":
 		w := wordPieceDec{prefix: "##", cleanup: true}
 		if c.Prefix != nil {
@@ -269,17 +264,11 @@ func parseDecoder(raw json.RawMessage, path string) (decoder, error) {
 		}
 		return w, nil
 	case "Sequence":
-		var q decSequence
-		for i, r := range c.Decoders {
-			d, err := parseDecoder(r, fmt.Sprintf("%s.decoders[%d]", path, i))
-			if err != nil {
-				return nil, err
-			}
-			q = append(q, d)
+		q, err := parseSequence(c.Decoders, path+".decoders", parseDecoder)
+		if err != nil {
+			return nil, err
 		}
-		return q, nil
-	case "":
-		return nil, fieldErr(path+".type", fmt.Errorf("missing"))
+		return decSequence(q), nil
 	}
-	return nil, fieldErr(path+".type", &UnsupportedError{"decoder", c.Type, keys(decoderTypes)})
+	return nil, typeErr(path, "decoder", c.Type, decoderTypes)
 }

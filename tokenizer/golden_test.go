@@ -36,9 +36,10 @@ type goldenChat struct {
 	ErrorType           string          `json:"error_type"`
 }
 
-func readGolden(t testing.TB, name string) *goldenFile {
+// readGzJSON decodes the gzipped JSON file at path into v.
+func readGzJSON(t testing.TB, path string, v any) {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", "golden_"+name+".json.gz"))
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,21 +48,27 @@ func readGolden(t testing.TB, name string) *goldenFile {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var g goldenFile
-	if err := json.NewDecoder(zr).Decode(&g); err != nil {
+	if err := json.NewDecoder(zr).Decode(v); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func readGolden(t testing.TB, name string) *goldenFile {
+	t.Helper()
+	var g goldenFile
+	readGzJSON(t, filepath.Join("testdata", "golden_"+name+".json.gz"), &g)
 	return &g
 }
 
 // TestGoldenEncode compares ids and decoded text with HF tokenizers on the
-// whole corpus, with and without special tokens.
+// whole corpus, with and without special tokens, and with transformers'
+// AutoTokenizer (which adds BOS/EOS from tokenizer_config.json).
 func TestGoldenEncode(t *testing.T) {
 	for _, name := range realNames {
 		t.Run(name, func(t *testing.T) {
 			tk := realTokenizer(t, name)
 			g := readGolden(t, name)
-			var bad, badPlain, badDec, badSkip, badTF int
+			var bad, badPlain, badDec, badSkip, badTF, badTFDec int
 			for i, e := range g.Encode {
 				got := tk.Encode(e.Text, true)
 				if !slices.Equal(got, e.IDs) {
@@ -84,13 +91,22 @@ func TestGoldenEncode(t *testing.T) {
 						t.Errorf("#%d decode skip special:\n got %q\nwant %q", i, truncate(got, 80), truncate(e.DecodeSkip, 80))
 					}
 				}
-				if e.TFIDs != nil && !slices.Equal(tk.Encode(e.Text, true), e.TFIDs) {
-					badTF++
+				if e.TFIDs != nil && !slices.Equal(got, e.TFIDs) {
+					if badTF++; badTF <= 3 {
+						t.Errorf("#%d transformers %q:\n got %v\nwant %v", i, truncate(e.Text, 80), truncIDs(got), truncIDs(e.TFIDs))
+					}
+				}
+				if e.TFIDs != nil {
+					if got := tk.Decode(e.TFIDs, false); got != e.TFDecode {
+						if badTFDec++; badTFDec <= 3 {
+							t.Errorf("#%d transformers decode:\n got %q\nwant %q", i, truncate(got, 80), truncate(e.TFDecode, 80))
+						}
+					}
 				}
 			}
 			n := len(g.Encode)
-			t.Logf("%s: %d strings; ids %d/%d, ids without special %d/%d, decode %d/%d, decode skipping special %d/%d, transformers ids %d/%d",
-				name, n, n-bad, n, n-badPlain, n, n-badDec, n, n-badSkip, n, n-badTF, n)
+			t.Logf("%s: %d strings; ids %d/%d, ids without special %d/%d, decode %d/%d, decode skipping special %d/%d, transformers ids %d/%d, transformers decode %d/%d",
+				name, n, n-bad, n, n-badPlain, n, n-badDec, n, n-badSkip, n, n-badTF, n, n-badTFDec, n)
 		})
 	}
 }

@@ -1,9 +1,11 @@
 package tokenizer
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -302,6 +304,23 @@ func rawFields(b []byte) (map[string][]byte, error) {
 	return out, err
 }
 
+// objectFields is rawFields where the fast scanner succeeds; where it
+// refuses (it is strict), encoding/json decides and words the error.
+func objectFields(b []byte) (map[string][]byte, error) {
+	if f, err := rawFields(b); err == nil {
+		return f, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	f := make(map[string][]byte, len(m))
+	for k, v := range m {
+		f[k] = v
+	}
+	return f, nil
+}
+
 // fastVocab parses {"token": id, ...}.
 func fastVocab(b []byte) (map[string]int, error) {
 	s := &jsonScan{b: b}
@@ -342,25 +361,15 @@ func fastMerges(b []byte) ([][2]string, error) {
 		if len(line) >= 8 && line[:8] == "#version" {
 			return nil
 		}
-		for k := 0; k < len(line); k++ {
-			if line[k] == ' ' {
-				if k2 := k + 1 + indexByte(line[k+1:], ' '); k2 > k {
-					return s.fail("merge with more than two tokens")
-				}
-				out = append(out, [2]string{line[:k], line[k+1:]})
-				return nil
-			}
+		k := strings.IndexByte(line, ' ')
+		if k < 0 {
+			return s.fail("merge without a space")
 		}
-		return s.fail("merge without a space")
+		if strings.IndexByte(line[k+1:], ' ') >= 0 {
+			return s.fail("merge with more than two tokens")
+		}
+		out = append(out, [2]string{line[:k], line[k+1:]})
+		return nil
 	})
 	return out, err
-}
-
-func indexByte(s string, c byte) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return i
-		}
-	}
-	return -1
 }

@@ -600,16 +600,9 @@ func parseModel(raw json.RawMessage, path string) (model, error) {
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 		return nil, fieldErr(path, fmt.Errorf("missing"))
 	}
-	f, err := rawFields(raw)
+	f, err := objectFields(raw)
 	if err != nil {
-		var m map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return nil, fieldErr(path, err)
-		}
-		f = map[string][]byte{}
-		for k, v := range m {
-			f[k] = v
-		}
+		return nil, fieldErr(path, err)
 	}
 	var c rawModel
 	c.Vocab, c.Merges = f["vocab"], f["merges"]
@@ -657,8 +650,6 @@ func parseModel(raw json.RawMessage, path string) (model, error) {
 			w.maxChars = *c.MaxChars
 		}
 		return w, nil
-	case "":
-		return nil, fieldErr(path+".type", fmt.Errorf("missing"))
 	}
-	return nil, fieldErr(path+".type", &UnsupportedError{"model", c.Type, keys(modelTypes)})
+	return nil, typeErr(path, "model", c.Type, modelTypes)
 }

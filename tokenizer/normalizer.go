@@ -183,28 +183,30 @@ func parseNormalizer(raw json.RawMessage, path string) (normalizer, error) {
 		}
 		return prepend(*c.Prepend), nil
 	case "Replace":
-		m, err := c.Pattern.compile()
+		r, err := parseReplace(c.Pattern, c.Content, path)
 		if err != nil {
-			return nil, fieldErr(path+".pattern", err)
+			return nil, err
 		}
-		if c.Content == nil {
-			return nil, fieldErr(path+".content", fmt.Errorf("missing"))
-		}
-		return replace{m, *c.Content}, nil
+		return r, nil
 	case "Sequence":
-		var q normSequence
-		for i, r := range c.Normalizers {
-			n, err := parseNormalizer(r, fmt.Sprintf("%s.normalizers[%d]", path, i))
-			if err != nil {
-				return nil, err
-			}
-			if n != nil {
-				q = append(q, n)
-			}
+		q, err := parseSequence(c.Normalizers, path+".normalizers", parseNormalizer)
+		if err != nil {
+			return nil, err
 		}
-		return q, nil
-	case "":
-		return nil, fieldErr(path+".type", fmt.Errorf("missing"))
+		return normSequence(q), nil
 	}
-	return nil, fieldErr(path+".type", &UnsupportedError{"normalizer", c.Type, keys(normalizerTypes)})
+	return nil, typeErr(path, "normalizer", c.Type, normalizerTypes)
+}
+
+// parseReplace reads the pattern and content of a Replace normalizer or
+// decoder at path.
+func parseReplace(p *rawPattern, content *string, path string) (replace, error) {
+	m, err := p.compile()
+	if err != nil {
+		return replace{}, fieldErr(path+".pattern", err)
+	}
+	if content == nil {
+		return replace{}, fieldErr(path+".content", fmt.Errorf("missing"))
+	}
+	return replace{m, *content}, nil
 }

@@ -120,17 +120,11 @@ func parsePostProcessor(raw json.RawMessage, path string) (postProcessor, error)
 		}
 		return templateProcessing{{special: []int{cls}}, {isSeq: true}, {special: []int{sep}}}, nil
 	case "Sequence":
-		var q procSequence
-		for i, r := range c.Processors {
-			p, err := parsePostProcessor(r, fmt.Sprintf("%s.processors[%d]", path, i))
-			if err != nil {
-				return nil, err
-			}
-			q = append(q, p)
+		q, err := parseSequence(c.Processors, path+".processors", parsePostProcessor)
+		if err != nil {
+			return nil, err
 		}
-		return q, nil
-	case "":
-		return nil, fieldErr(path+".type", fmt.Errorf("missing"))
+		return procSequence(q), nil
 	}
-	return nil, fieldErr(path+".type", &UnsupportedError{"post_processor", c.Type, keys(postProcessorTypes)})
+	return nil, typeErr(path, "post_processor", c.Type, postProcessorTypes)
 }

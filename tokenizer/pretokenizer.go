@@ -288,17 +288,11 @@ func parsePreTokenizer(raw json.RawMessage, path string) (preTokenizer, error) {
 	case "BertPreTokenizer":
 		return bertPre{}, nil
 	case "Sequence":
-		var q preSequence
-		for i, r := range c.Pretokenizers {
-			p, err := parsePreTokenizer(r, fmt.Sprintf("%s.pretokenizers[%d]", path, i))
-			if err != nil {
-				return nil, err
-			}
-			q = append(q, p)
+		q, err := parseSequence(c.Pretokenizers, path+".pretokenizers", parsePreTokenizer)
+		if err != nil {
+			return nil, err
 		}
-		return q, nil
-	case "":
-		return nil, fieldErr(path+".type", fmt.Errorf("missing"))
+		return preSequence(q), nil
 	}
-	return nil, fieldErr(path+".type", &UnsupportedError{"pre_tokenizer", c.Type, keys(preTokenizerTypes)})
+	return nil, typeErr(path, "pre_tokenizer", c.Type, preTokenizerTypes)
 }

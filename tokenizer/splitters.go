@@ -147,10 +147,10 @@ func splitCL100K(s string, maxDigits int, fn func(int, int)) {
 		case r == '\'' && contraction(s, i, true) > 0:
 			end = i + contraction(s, i, true)
 		case cls == clsLetter:
-			end = letters(s, end)
+			end = classRun(s, end, clsLetter)
 		case cls != clsNumber && r != '\r' && r != '\n' && end < len(s) && isLetterAt(s, end):
 			// [^\r\n\p{L}\p{N}]?\p{L}+ with the optional character.
-			end = letters(s, end)
+			end = classRun(s, end, clsLetter)
 		case cls == clsNumber:
 			for d := 1; d < maxDigits && end < len(s); d++ {
 				_, n2, c2 := classAt(s, end)
@@ -161,13 +161,7 @@ func splitCL100K(s string, maxDigits int, fn func(int, int)) {
 			}
 		case cls == clsOther || (r == ' ' && end < len(s) && isOtherAt(s, end)):
 			//  ?[^\s\p{L}\p{N}]+[\r\n]*
-			for end < len(s) {
-				_, n2, c2 := classAt(s, end)
-				if c2 != clsOther {
-					break
-				}
-				end += n2
-			}
+			end = classRun(s, end, clsOther)
 			for end < len(s) && (s[end] == '\r' || s[end] == '\n') {
 				end++
 			}
@@ -197,34 +191,16 @@ func splitGPT2(s string, fn func(int, int)) {
 		r, n, cls := classAt(s, i)
 		end := i + n
 		if r == ' ' && end < len(s) {
-			_, _, c2 := classAt(s, end)
-			if c2 != clsSpace {
+			if _, n2, c2 := classAt(s, end); c2 != clsSpace {
 				cls = c2 // " ?" prefix: the class of the next character decides
-				_, n2, _ := classAt(s, end)
 				end += n2
 			}
 		}
 		switch {
 		case r == '\'' && contraction(s, i, false) > 0:
 			end = i + contraction(s, i, false)
-		case cls == clsLetter:
-			end = letters(s, end)
-		case cls == clsNumber:
-			for end < len(s) {
-				_, n2, c2 := classAt(s, end)
-				if c2 != clsNumber {
-					break
-				}
-				end += n2
-			}
-		case cls == clsOther:
-			for end < len(s) {
-				_, n2, c2 := classAt(s, end)
-				if c2 != clsOther {
-					break
-				}
-				end += n2
-			}
+		case cls != clsSpace: // ?\p{L}+, ?\p{N}+ or ?[^\s\p{L}\p{N}]+
+			end = classRun(s, end, cls)
 		default:
 			end = spaceTail(s, i)
 		}
@@ -233,10 +209,12 @@ func splitGPT2(s string, fn func(int, int)) {
 	}
 }
 
-func letters(s string, i int) int {
+// classRun returns the end of the run of characters of class cls starting
+// at i.
+func classRun(s string, i int, cls uint8) int {
 	for i < len(s) {
 		_, n, c := classAt(s, i)
-		if c != clsLetter {
+		if c != cls {
 			break
 		}
 		i += n

@@ -42,6 +42,29 @@ func fieldErr(path string, err error) error {
 	return &FieldError{File: "tokenizer.json", Field: path, Err: err}
 }
 
+// typeErr is the error for a component whose "type" is missing or is not
+// one of the supported types of its kind.
+func typeErr(path, kind, typ string, supported map[string]bool) error {
+	if typ == "" {
+		return fieldErr(path+".type", fmt.Errorf("missing"))
+	}
+	return fieldErr(path+".type", &UnsupportedError{kind, typ, keys(supported)})
+}
+
+// parseSequence parses the components of a Sequence with parse, naming
+// element i path[i].
+func parseSequence[T any](raws []json.RawMessage, path string, parse func(json.RawMessage, string) (T, error)) ([]T, error) {
+	var out []T
+	for i, r := range raws {
+		x, err := parse(r, fmt.Sprintf("%s[%d]", path, i))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
 // Load reads a model folder: tokenizer.json, and, where present,
 // tokenizer_config.json, special_tokens_map.json, generation_config.json and
 // chat_template.jinja / chat_template.json.
@@ -64,55 +87,38 @@ func Load(dir string) (*Tokenizer, error) {
 
 // New builds a tokenizer from the contents of a tokenizer.json file.
 func New(tokenizerJSON []byte) (*Tokenizer, error) {
-	var raw struct {
-		AddedTokens   []json.RawMessage
-		Normalizer    json.RawMessage
-		PreTokenizer  json.RawMessage
-		Model         json.RawMessage
-		PostProcessor json.RawMessage
-		Decoder       json.RawMessage
-	}
-	fields, err := rawFields(tokenizerJSON)
+	fields, err := objectFields(tokenizerJSON)
 	if err != nil {
-		// The fast scanner is strict; encoding/json decides (and words the error).
-		var v map[string]json.RawMessage
-		if err := json.Unmarshal(tokenizerJSON, &v); err != nil {
-			return nil, &FieldError{File: "tokenizer.json", Err: err}
-		}
-		fields = map[string][]byte{}
-		for k, val := range v {
-			fields[k] = val
-		}
+		return nil, fieldErr("", err)
 	}
-	raw.Normalizer, raw.PreTokenizer, raw.Model = fields["normalizer"], fields["pre_tokenizer"], fields["model"]
-	raw.PostProcessor, raw.Decoder = fields["post_processor"], fields["decoder"]
+	var addedTokens []json.RawMessage
 	if present(fields["added_tokens"]) {
-		if err := json.Unmarshal(fields["added_tokens"], &raw.AddedTokens); err != nil {
+		if err := json.Unmarshal(fields["added_tokens"], &addedTokens); err != nil {
 			return nil, fieldErr("added_tokens", err)
 		}
 	}
 	t := &Tokenizer{addedByID: map[int]int{}, addedByStr: map[string]int{}, special: map[int]bool{},
 		specialStr: map[string]bool{}, decodeForm: map[int]string{}}
-	if t.model, err = parseModel(raw.Model, "model"); err != nil {
+	if t.model, err = parseModel(fields["model"], "model"); err != nil {
 		return nil, err
 	}
-	if present(raw.Normalizer) {
-		if t.normalizer, err = parseNormalizer(raw.Normalizer, "normalizer"); err != nil {
+	if raw := fields["normalizer"]; present(raw) {
+		if t.normalizer, err = parseNormalizer(raw, "normalizer"); err != nil {
 			return nil, err
 		}
 	}
-	if present(raw.PreTokenizer) {
-		if t.pre, err = parsePreTokenizer(raw.PreTokenizer, "pre_tokenizer"); err != nil {
+	if raw := fields["pre_tokenizer"]; present(raw) {
+		if t.pre, err = parsePreTokenizer(raw, "pre_tokenizer"); err != nil {
 			return nil, err
 		}
 	}
-	if present(raw.PostProcessor) {
-		if t.post, err = parsePostProcessor(raw.PostProcessor, "post_processor"); err != nil {
+	if raw := fields["post_processor"]; present(raw) {
+		if t.post, err = parsePostProcessor(raw, "post_processor"); err != nil {
 			return nil, err
 		}
 	}
-	if present(raw.Decoder) {
-		if t.decoder, err = parseDecoder(raw.Decoder, "decoder"); err != nil {
+	if raw := fields["decoder"]; present(raw) {
+		if t.decoder, err = parseDecoder(raw, "decoder"); err != nil {
 			return nil, err
 		}
 	}
@@ -121,7 +127,7 @@ func New(tokenizerJSON []byte) (*Tokenizer, error) {
 	// content already added or in the model vocabulary, else the next free id.
 	// The "id" written in the file is not used (HF only warns when it differs).
 	nextID := t.model.count()
-	for i, r := range raw.AddedTokens {
+	for i, r := range addedTokens {
 		var at AddedToken
 		if err := json.Unmarshal(r, &at); err != nil {
 			return nil, fieldErr(fmt.Sprintf("added_tokens[%d]", i), err)

@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"compress/gzip"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -54,22 +53,6 @@ func buildVariant(t *testing.T, v variantSpec) *Tokenizer {
 		t.Fatalf("%s: %v", v.Name, err)
 	}
 	return tk
-}
-
-func readGzJSON(t *testing.T, path string, v any) {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.NewDecoder(zr).Decode(v); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func TestGoldenVariants(t *testing.T) {

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/generate"
-	"github.com/mlxgo/mlxgo/model"
-	"github.com/mlxgo/mlxgo/tensor"
 )
 
 func init() {
@@ -68,7 +66,6 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	case fl.NArg() > 0:
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fl.Arg(0))
 	case modelArg == "":
-		modelArg = "demo"
 		fmt.Fprintln(stderr, "mlxgo bench: no model given; using the embedded demo model")
 	}
 	if promptN < 1 || genN < 1 || trials < 1 || chunk < 1 {
@@ -78,12 +75,7 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	be, mem, err := chooseBackend(backend, stderr)
-	if err != nil {
-		return err
-	}
-	tensor.SetDefault(be)
-	m, err := model.Load(dir, &model.LoadOptions{Backend: be})
+	m, be, err := loadModel(dir, backend, false, stderr)
 	if err != nil {
 		return err
 	}
@@ -97,7 +89,7 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	gm := generate.Wrap(m, vocab)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	opts := &generate.Options{MaxTokens: genN, PrefillChunkSize: chunk, Backend: be, Memory: mem}
+	opts := &generate.Options{MaxTokens: genN, PrefillChunkSize: chunk, Backend: be}
 	once := func() (benchTrial, error) {
 		tic := time.Now()
 		s, err := generate.Generate(ctx, gm, prompt, opts)

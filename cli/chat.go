@@ -9,13 +9,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/sampler"
-	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
@@ -80,7 +78,6 @@ func runChat(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	case fl.NArg() > 0:
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fl.Arg(0))
 	case f.modelArg == "":
-		f.modelArg = "demo"
 		fmt.Fprintln(stderr, "mlxgo chat: no model given; using the embedded demo model")
 	}
 	if f.chunk <= 0 {
@@ -109,12 +106,7 @@ func runChat(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("chat needs a chat template: %w", err)
 	}
-	be, mem, err := chooseBackend(f.backend, stderr)
-	if err != nil {
-		return err
-	}
-	tensor.SetDefault(be)
-	m, err := model.Load(dir, &model.LoadOptions{Backend: be})
+	m, be, err := loadModel(dir, f.backend, false, stderr)
 	if err != nil {
 		return err
 	}
@@ -128,17 +120,9 @@ func runChat(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		pc:     generate.NewPromptCache(int(min(f.cacheBytes, int64(^uint(0)>>1)))),
 		stdout: stdout, stderr: stderr,
 		opts: generate.Options{MaxTokens: f.maxTokens, PrefillChunkSize: f.chunk, Sampler: params,
-			Backend: be, Memory: mem},
+			Backend: be, EOS: toInt32s(eosIDs(info.EOS, tok))},
 	}
 	defer c.pc.Clear()
-	for _, id := range info.EOS {
-		c.opts.EOS = append(c.opts.EOS, int32(id))
-	}
-	for _, id := range tok.Config.EOSTokenIDs {
-		if !slices.Contains(c.opts.EOS, int32(id)) {
-			c.opts.EOS = append(c.opts.EOS, int32(id))
-		}
-	}
 	c.reset()
 	return c.loop(stdin)
 }
@@ -209,11 +193,7 @@ func (c *chatSession) turn(msg string) error {
 		c.history = c.history[:len(c.history)-1]
 		return fmt.Errorf("chat template: %w", err)
 	}
-	bos := c.tok.Config.SpecialTokens["bos_token"]
-	var ids []int32
-	for _, v := range c.tok.Encode(text, bos == "" || !strings.HasPrefix(text, bos)) {
-		ids = append(ids, int32(v))
-	}
+	ids := encodePrompt(c.tok, text, false)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	reply, out, st, err := c.generate(ctx, ids)
@@ -240,11 +220,7 @@ func (c *chatSession) generate(ctx context.Context, ids []int32) (string, []int3
 	opts.Caches = caches
 	s, err := generate.Generate(ctx, c.m, ids, &opts)
 	if err != nil {
-		for _, kc := range caches {
-			if kc != nil {
-				kc.Free()
-			}
-		}
+		model.FreeCaches(caches)
 		return "", nil, generate.Stats{}, err
 	}
 	detok := c.tok.NewDetokenizer(true)
@@ -282,11 +258,7 @@ func (c *chatSession) generate(ctx context.Context, ids []int32) (string, []int3
 	cs := s.TakeCaches()
 	s.Close()
 	if genErr != nil && !errors.Is(genErr, context.Canceled) {
-		for _, kc := range cs {
-			if kc != nil {
-				kc.Free()
-			}
-		}
+		model.FreeCaches(cs)
 		return reply.String(), out, st, genErr
 	}
 	c.pc.Put(st.CacheTokens, cs)

@@ -30,6 +30,7 @@ func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	src := fl.String("hf-path", "", "source folder (HF safetensors checkpoint) (required)")
 	dst := fl.String("mlx-path", "", "destination folder (required)")
 	quant := fl.BoolP("quantize", "q", false, "quantize linear and embedding weights")
+	dequant := fl.BoolP("dequantize", "d", false, "expand an MLX-quantized checkpoint back to floating point (--dtype sets the type)")
 	bits := fl.Int("q-bits", 4, "bits per weight")
 	group := fl.Int("q-group-size", 64, "quantization group size")
 	dtype := fl.String("dtype", "", "float type of unquantized weights (float16, bfloat16, float32; default: as stored)")
@@ -60,6 +61,16 @@ func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		}
 		opts.DType = dt
 	}
+	if *dequant {
+		if *quant {
+			return fmt.Errorf("%w: --dequantize and --quantize exclude each other", errUsage)
+		}
+		if err := model.Dequantize(*src, *dst, opts.DType); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(stdout, "wrote %s\n", *dst)
+		return err
+	}
 	for _, o := range overrides {
 		mod, val, ok := strings.Cut(o, "=")
 		if !ok || mod == "" {
@@ -82,7 +93,7 @@ func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		}
 		opts.Overrides = append(opts.Overrides, model.Override{Match: mod, Spec: spec})
 	}
-	be, _, err := chooseBackend(*backend, stderr)
+	be, err := chooseBackend(*backend, stderr)
 	if err != nil {
 		return err
 	}
@@ -227,12 +238,4 @@ func startToken(dir string) (int32, bool) {
 		}
 	}
 	return 0, false
-}
-
-func toInt32s(v []int) []int32 {
-	out := make([]int32, len(v))
-	for i, x := range v {
-		out[i] = int32(x)
-	}
-	return out
 }

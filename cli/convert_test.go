@@ -116,3 +116,30 @@ func TestConvertGPTQBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestConvertDequantize round-trips the demo model: -q, then -d back to
+// float32; the result loads as a float model and generates, and -d on a
+// float checkpoint or together with -q is refused.
+func TestConvertDequantize(t *testing.T) {
+	dir := t.TempDir()
+	q, d := filepath.Join(dir, "q"), filepath.Join(dir, "d")
+	if code, _, errs := run(t, "convert", "--hf-path", "../model/demo/bf16", "--mlx-path", q, "-q"); code != 0 {
+		t.Fatalf("quantize: exit %d: %s", code, errs)
+	}
+	if code, _, errs := run(t, "convert", "--hf-path", q, "--mlx-path", d, "-d", "--dtype", "float32"); code != 0 {
+		t.Fatalf("dequantize: exit %d: %s", code, errs)
+	}
+	raw, err := os.ReadFile(filepath.Join(d, "config.json"))
+	if err != nil || strings.Contains(string(raw), "quantization") {
+		t.Fatalf("config.json still quantized (%v)", err)
+	}
+	if code, out, errs := run(t, "generate", "--model", d, "--prompt-ids", "2,5,6,7", "--max-tokens", "4", "--json", "--ignore-eos"); code != 0 || !strings.Contains(out, `"ids":[`) {
+		t.Fatalf("generate on dequantized: exit %d: %s %s", code, out, errs)
+	}
+	if code, _, _ := run(t, "convert", "--hf-path", "../model/demo/bf16", "--mlx-path", filepath.Join(dir, "x"), "-d"); code != 1 {
+		t.Errorf("-d on a float checkpoint: exit %d, want 1", code)
+	}
+	if code, _, _ := run(t, "convert", "--hf-path", q, "--mlx-path", filepath.Join(dir, "y"), "-d", "-q"); code != 2 {
+		t.Errorf("-d with -q: exit %d, want 2", code)
+	}
+}

@@ -9,16 +9,12 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/kv"
-	"github.com/mlxgo/mlxgo/mlxffi"
-	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/sampler"
-	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
@@ -91,7 +87,6 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fl.Arg(0))
 	}
 	if f.dir == "" {
-		f.dir = "demo"
 		fmt.Fprintf(stderr, "mlxgo: no --model given; using the built-in demo model\n")
 	}
 	dir, err := resolveModel(f.dir)
@@ -129,13 +124,6 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		opts.KVConfig = cfg
 	}
 
-	be, mem, err := chooseBackend(f.backend, stderr)
-	if err != nil {
-		return err
-	}
-	tensor.SetDefault(be)
-	opts.Backend, opts.Memory = be, mem
-
 	var tok *tokenizer.Tokenizer
 	if _, err := os.Stat(filepath.Join(f.dir, "tokenizer.json")); err == nil {
 		if tok, err = tokenizer.Load(f.dir); err != nil {
@@ -146,23 +134,15 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m, err := model.Load(f.dir, &model.LoadOptions{Backend: be, Copy: f.copyWeights})
+	m, be, err := loadModel(f.dir, f.backend, f.copyWeights, stderr)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
+	opts.Backend = be
 	info := m.Info()
 	if !f.ignoreEOS {
-		for _, id := range info.EOS {
-			opts.EOS = append(opts.EOS, int32(id))
-		}
-		if tok != nil {
-			for _, id := range tok.Config.EOSTokenIDs {
-				if !slices.Contains(opts.EOS, int32(id)) {
-					opts.EOS = append(opts.EOS, int32(id))
-				}
-			}
-		}
+		opts.EOS = toInt32s(eosIDs(info.EOS, tok))
 	}
 
 	if gram != nil {
@@ -243,34 +223,6 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// chooseBackend opens the backend the --backend flag names; auto prefers
-// MLX and falls back to the CPU backend when libmlxc is not installed.
-// The MemoryInfo it returns is nil: the generation loop takes peak memory
-// and cache clearing from the backend itself when it has them (the MLX
-// backend does), so no adapter is needed.
-func chooseBackend(name string, stderr io.Writer) (tensor.Backend, generate.MemoryInfo, error) {
-	switch name {
-	case "cpu":
-		be, err := tensor.Open("cpu")
-		return be, nil, err
-	case "mlx", "auto":
-		be, err := mlxffi.Open()
-		if err == nil {
-			return be, nil, nil
-		}
-		if name == "mlx" {
-			return nil, nil, err
-		}
-		if !errors.Is(err, mlxffi.ErrNotFound) {
-			fmt.Fprintf(stderr, "mlxgo: MLX unavailable (%v); using the CPU backend\n", err)
-		}
-		be2, err := tensor.Open("cpu")
-		return be2, nil, err
-	default:
-		return nil, nil, fmt.Errorf("%w: --backend %q (want cpu, mlx or auto)", errUsage, name)
-	}
-}
-
 // promptTokens turns --prompt-ids or --prompt into token ids. A --prompt
 // goes through the model's chat template (as one user message, after the
 // --system message) unless --raw or the model has none; like mlx-lm, the
@@ -306,11 +258,7 @@ func promptTokens(f *genFlags, tok *tokenizer.Tokenizer, stderr io.Writer) ([]in
 			}
 		}
 	}
-	bos := tok.Config.SpecialTokens["bos_token"]
-	addSpecial := f.raw || bos == "" || !strings.HasPrefix(text, bos)
-	for _, v := range tok.Encode(text, addSpecial) {
-		ids = append(ids, int32(v))
-	}
+	ids = encodePrompt(tok, text, f.raw)
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("%w: the prompt encodes to no tokens", errUsage)
 	}

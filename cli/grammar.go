@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/mlxgo/mlxgo/generate"
@@ -92,7 +91,7 @@ func (g *grammarFlags) parse() (*grammar.Grammar, error) {
 	return out, nil
 }
 
-// bind compiles gr for the tokenizer's vocabulary, padded to the model's
+// bindGrammar compiles gr for the tokenizer's vocabulary, padded to the model's
 // logits width vocab, with stop as the tokens that may end the output.
 func bindGrammar(gr *grammar.Grammar, tok *tokenizer.Tokenizer, vocab int, stop []int) (*grammar.Matcher, error) {
 	v := grammar.NewTokenizerVocab(tok, grammar.DetectVocabKind(tok), vocab, stop)
@@ -106,14 +105,7 @@ func bindGrammar(gr *grammar.Grammar, tok *tokenizer.Tokenizer, vocab int, stop 
 // tokCodec lets generate's jump-forward tokenize forced text.
 type tokCodec struct{ t *tokenizer.Tokenizer }
 
-func (c tokCodec) Encode(s string) []int32 {
-	ids := c.t.Encode(s, false)
-	out := make([]int32, len(ids))
-	for i, v := range ids {
-		out[i] = int32(v)
-	}
-	return out
-}
+func (c tokCodec) Encode(s string) []int32 { return toInt32s(c.t.Encode(s, false)) }
 
 func (c tokCodec) Decode(ids []int32) string {
 	in := make([]int, len(ids))
@@ -132,13 +124,7 @@ func useGrammar(gr *grammar.Grammar, f *genFlags, tok *tokenizer.Tokenizer, voca
 	if tok == nil {
 		return fmt.Errorf("%w: constrained output needs %s/tokenizer.json", errUsage, f.dir)
 	}
-	stop := slices.Clone(eos)
-	for _, id := range tok.Config.EOSTokenIDs {
-		if !slices.Contains(stop, id) {
-			stop = append(stop, id)
-		}
-	}
-	m, err := bindGrammar(gr, tok, vocab, stop)
+	m, err := bindGrammar(gr, tok, vocab, eosIDs(eos, tok))
 	if err != nil {
 		return err
 	}

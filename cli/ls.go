@@ -140,10 +140,15 @@ func listModels(hfCache, localDir string) ([]listedModel, error) {
 	if err != nil {
 		return nil, err
 	}
+	for i := range local {
+		fillFromDir(&local[i])
+	}
 	return append(rows, local...), nil
 }
 
-// localModels finds folders with a config.json one or two levels under dir.
+// localModels finds folders with a config.json one or two levels under dir
+// (name and path only: resolveModel needs no more, listModels fills in
+// the rest).
 func localModels(dir string) ([]listedModel, error) {
 	if dir == "" {
 		return nil, nil
@@ -165,9 +170,7 @@ func localModels(dir string) ([]listedModel, error) {
 			}
 			name := filepath.ToSlash(filepath.Join(rel, e.Name()))
 			if _, err := os.Stat(filepath.Join(p, "config.json")); err == nil {
-				r := listedModel{Name: name, Source: "local", Path: p}
-				fillFromDir(&r)
-				rows = append(rows, r)
+				rows = append(rows, listedModel{Name: name, Source: "local", Path: p})
 			} else if depth == 0 {
 				if err := walk(name, 1); err != nil {
 					return err

@@ -5,8 +5,7 @@
 //	mlxgo <verb> [flags]
 //
 // Each verb lives in its own file and registers itself in init with
-// register; `mlxgo help` lists them. Later issues add serve, generate,
-// chat, tokenize, template, ls, pull, bench and convert.
+// register; `mlxgo help` lists them. With no verb, mlxgo serves.
 package main
 
 import (
@@ -42,7 +41,7 @@ func register(c *command) {
 // errUsage marks an error caused by bad arguments (exit status 2).
 var errUsage = errors.New("usage")
 
-// defaultVerb runs when no verb is given. It is "help" until a serve verb exists.
+// defaultVerb runs when no verb is given (serve.go sets it to "serve").
 var defaultVerb = "help"
 
 func main() {

@@ -14,8 +14,9 @@ import (
 
 // resolveModel turns a verb's model argument into a model folder, so
 // every verb accepts the same things: a path to a folder; the embedded
-// demo model ("demo" or "mlxgo-demo", "demo-q4" for its 4-bit form,
-// written to the user's cache on first use); or a case-insensitive
+// demo model ("" — whatever folders the working directory holds — or
+// "demo" or "mlxgo-demo", "demo-q4" for its 4-bit form, written to the
+// user's cache on first use); or a case-insensitive
 // substring of the id of a repo in the Hugging Face cache (hub.CacheDir:
 // HF_HUB_CACHE, HF_HOME, ~/.cache), whose current snapshot is used, or of
 // the name of a model in the local models folder that `mlxgo ls` lists
@@ -30,7 +31,7 @@ func resolveModel(arg string) (string, error) {
 // folders ("" for none).
 func resolveModelIn(arg, cacheDir, modelsDir string) (string, error) {
 	if arg == "" {
-		return "", fmt.Errorf("%w: no model given", errUsage)
+		return demo.Dir(demo.BF16)
 	}
 	st, err := os.Stat(arg)
 	if err == nil {

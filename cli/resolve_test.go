@@ -94,4 +94,15 @@ func TestResolveModel(t *testing.T) {
 	if got, err := resolveModel("gemma"); err != nil || got != gemma {
 		t.Errorf("resolveModel via HF_HUB_CACHE: %q %v", got, err)
 	}
+	// No model given is the embedded demo model, even where the working
+	// directory holds a folder named demo.
+	want, err := resolveModel("demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(t.TempDir())
+	os.Mkdir("demo", 0o755)
+	if got, err := resolveModel(""); err != nil || got != want {
+		t.Errorf("no model, ./demo present: %q %v; want %q", got, err, want)
+	}
 }

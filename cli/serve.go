@@ -12,16 +12,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/mlxgo/mlxgo/generate"
-	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/model/demo"
 	"github.com/mlxgo/mlxgo/serve"
-	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
@@ -98,25 +95,15 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 		}
 	}
 
-	dir, id := f.model, f.model
-	if dir == "" {
-		var err error
-		if dir, err = demo.Path(); err != nil {
-			return fmt.Errorf("demo model: %w", err)
-		}
-		id = demo.Name
-	} else {
-		var err error
-		if dir, err = resolveModel(dir); err != nil {
-			return err
-		}
-	}
-
-	be, mem, err := chooseBackend(f.backend, stderr)
+	dir, err := resolveModel(f.model)
 	if err != nil {
 		return err
 	}
-	tensor.SetDefault(be)
+	id := f.model
+	if id == "" {
+		id = demo.Name
+	}
+
 	tok, err := tokenizer.Load(dir)
 	if err != nil {
 		return fmt.Errorf("serve needs a tokenizer: %w", err)
@@ -125,18 +112,12 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m, err := model.Load(dir, &model.LoadOptions{Backend: be, Copy: f.copyWeights})
+	m, be, err := loadModel(dir, f.backend, f.copyWeights, stderr)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
 	info := m.Info()
-	var eos []int32
-	for _, v := range append(slices.Clone(info.EOS), tok.Config.EOSTokenIDs...) {
-		if !slices.Contains(eos, int32(v)) {
-			eos = append(eos, int32(v))
-		}
-	}
 	gen, err := serve.LoadGenerationConfig(dir)
 	if err != nil {
 		return err
@@ -148,8 +129,8 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	}
 	srv, err := serve.New(serve.Config{
 		Model: generate.Wrap(m, info.Vocab), ModelID: id, Tokenizer: tok, Template: tmpl, TemplateKwargs: kwargs,
-		EOS: eos, ContextLength: contextLength(dir), MaxTokens: f.maxTokens,
-		Sampling: gen.Over(flagDefaults), Backend: be, Memory: mem, PrefillChunkSize: f.chunk,
+		EOS: toInt32s(eosIDs(info.EOS, tok)), ContextLength: contextLength(dir), MaxTokens: f.maxTokens,
+		Sampling: gen.Over(flagDefaults), Backend: be, PrefillChunkSize: f.chunk,
 		PromptCacheBytes: cacheBytes, SnapshotPrompt: info.SlidingWindow > 0, QueueSize: f.queueSize,
 		ToolFormat: f.toolFormat, Logger: log,
 	})

@@ -276,6 +276,82 @@ func isEmbedding(mod string) bool {
 	return strings.HasSuffix(mod, "embed_tokens") || strings.Contains(mod, ".embed_tokens_")
 }
 
+// Dequantize writes a floating-point copy of the MLX-quantized checkpoint
+// in src to dst, as mlx-lm's `convert --dequantize` does: every quantized
+// module expanded with its own bits and group size from config.json, the
+// other tensors copied; all float tensors in dt (Invalid: a quantized
+// module in its scales' type, the rest as stored); config.json without its
+// quantization section; the folder's other files copied. It is also the
+// reference a quantized model is checked against: the float model it
+// must reproduce.
+func Dequantize(src, dst string, dt tensor.DType) (err error) {
+	defer tensor.Recover(&err)
+	if dt != tensor.Invalid && !dt.IsFloat() {
+		return fmt.Errorf("model: dequantize: %s is not a float type", dt)
+	}
+	cfg, err := ReadConfig(src)
+	if err != nil {
+		return err
+	}
+	if cfg.Quant == nil {
+		return fmt.Errorf("model: dequantize: %s is not quantized", src)
+	}
+	set, err := safetensors.OpenDir(src)
+	if err != nil {
+		return fmt.Errorf("model: dequantize: %w", err)
+	}
+	defer set.Close()
+	out := map[string]*tensor.Array{}
+	defer func() {
+		for _, a := range out {
+			a.Free()
+		}
+	}()
+	load := func(name string) *tensor.Array {
+		a, err := set.Array(name, nil, true)
+		if err != nil {
+			panic(&tensor.Error{Op: "dequantize", Err: err})
+		}
+		return a
+	}
+	for _, name := range set.Names() {
+		base := name[:max(strings.LastIndexByte(name, '.'), 0)]
+		switch {
+		case strings.HasSuffix(name, ".scales"):
+			spec, ok := cfg.Quant.For(base)
+			if !ok {
+				return fmt.Errorf("model: dequantize: %s: module %q is quantized but config.json marks it false", src, base)
+			}
+			wq, s, b := load(base+".weight"), load(name), load(base+".biases")
+			to := dt
+			if to == tensor.Invalid {
+				to = s.DType()
+			}
+			out[base+".weight"] = tensor.Dequantize(wq, s, b, spec.GroupSize, spec.Bits, to)
+			tensor.Free(wq, s, b)
+		case set.Has(base + ".scales"): // the packed weight and biases of a module done above
+		default:
+			a := load(name)
+			if dt != tensor.Invalid && a.DType().IsFloat() && a.DType() != dt {
+				c := tensor.AsType(a, dt)
+				a.Free()
+				a = c
+			}
+			out[name] = a
+		}
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	if err := safetensors.WriteArrays(filepath.Join(dst, safetensors.SingleName), out, map[string]string{"format": "mlx"}); err != nil {
+		return fmt.Errorf("model: dequantize: %w", err)
+	}
+	if err := writeConfig(cfg, dst, ConvertOptions{DType: dt}, QuantSpec{}, nil); err != nil {
+		return err
+	}
+	return copyExtras(src, dst)
+}
+
 // bankName is where mlx-lm keeps a stacked expert bank: under
 // "<mlp>.switch_mlp." for Qwen-style blocks, "<layer>.experts.switch_glu."
 // for Gemma 4's experts, which sit beside the MLP.
@@ -292,6 +368,7 @@ func writeConfig(cfg *Config, dst string, opts ConvertOptions, def QuantSpec, mo
 	if err := json.Unmarshal(cfg.Raw, &m); err != nil {
 		return err
 	}
+	delete(m, "quantization")
 	delete(m, "quantization_config")
 	if opts.Quantize {
 		q := &QuantConfig{QuantSpec: def, Mode: "affine", Modules: modules}

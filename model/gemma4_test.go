@@ -6,13 +6,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/kv"
 	"github.com/mlxgo/mlxgo/tensor"
 	_ "github.com/mlxgo/mlxgo/tensor/cpu"
-	"github.com/mlxgo/mlxgo/tensor/safetensors"
 )
 
 // gemma4Golden is what tools/oracle/models_gemma4.py records from HF.
@@ -278,57 +276,14 @@ func convertCheckpoint(t *testing.T, dir string, bits int) (quant, dequant strin
 	return convertWith(t, dir, ConvertOptions{Quantize: true, Bits: bits, GroupSize: 64})
 }
 
-// convertWith is convertCheckpoint with any options (group size 64, one
-// bit width for every module).
+// convertWith is convertCheckpoint with any options.
 func convertWith(t *testing.T, dir string, opts ConvertOptions) (quant, dequant string) {
 	t.Helper()
-	bits := opts.Bits
 	quant, dequant = t.TempDir(), t.TempDir()
 	if err := Convert(dir, quant, opts); err != nil {
 		t.Fatal(err)
 	}
-	set, err := safetensors.OpenDir(quant)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer set.Close()
-	arrays := map[string]*tensor.Array{}
-	defer func() {
-		for _, a := range arrays {
-			a.Free()
-		}
-	}()
-	get := func(name string) *tensor.Array {
-		a, err := set.Array(name, nil, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
-	for _, name := range set.Names() {
-		switch {
-		case strings.HasSuffix(name, ".scales"):
-			base := strings.TrimSuffix(name, ".scales")
-			wq, s, b := get(base+".weight"), get(name), get(base+".biases")
-			arrays[base+".weight"] = tensor.Dequantize(wq, s, b, 64, bits, tensor.Float32)
-			tensor.Free(wq, s, b)
-		case strings.HasSuffix(name, ".biases") && set.Has(strings.TrimSuffix(name, ".biases")+".scales"):
-		case arrays[name] != nil:
-		default:
-			if strings.HasSuffix(name, ".weight") && set.Has(strings.TrimSuffix(name, ".weight")+".scales") {
-				continue
-			}
-			arrays[name] = get(name)
-		}
-	}
-	if err := safetensors.WriteArrays(filepath.Join(dequant, "model.safetensors"), arrays, map[string]string{"format": "mlx"}); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dequant, "config.json"), raw, 0o644); err != nil {
+	if err := Dequantize(quant, dequant, tensor.Float32); err != nil {
 		t.Fatal(err)
 	}
 	return quant, dequant

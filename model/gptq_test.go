@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -383,4 +384,72 @@ func cfgLayers(t *testing.T, dir string) int {
 		return nested.Text.Layers
 	}
 	return c.Layers
+}
+
+// TestDequantize expands a converted checkpoint with a per-module
+// override (lm_head at 8 bits, group 32, the rest 4-bit group 64): every
+// weight comes back as float32 within a rounding step of the original, config.json loses its quantization section, and misuse is an
+// error.
+func TestDequantize(t *testing.T) {
+	defer tensortest.NoLeaks(t)()
+	src := filepath.Join("testdata", "llama3", "f32")
+	q, d := t.TempDir(), t.TempDir()
+	if err := Convert(src, q, ConvertOptions{Quantize: true, Overrides: []Override{{Match: "lm_head", Spec: &QuantSpec{GroupSize: 32, Bits: 8}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Dequantize(q, d, tensor.Float32); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ReadConfig(d)
+	if err != nil || cfg.Quant != nil || bytes.Contains(cfg.Raw, []byte("quantization")) {
+		t.Fatalf("dequantized config: quant %v, err %v", cfg.Quant, err)
+	}
+	orig, err := safetensors.OpenDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	got, err := safetensors.OpenDir(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	if !slices.Equal(orig.Names(), got.Names()) {
+		t.Fatalf("tensors %v, want %v", got.Names(), orig.Names())
+	}
+	for _, name := range orig.Names() {
+		a, _ := orig.Array(name, nil, true)
+		b, _ := got.Array(name, nil, true)
+		av, bv := a.Float32s(), b.Float32s()
+		if b.DType() != tensor.Float32 || len(av) != len(bv) {
+			t.Fatalf("%s: %s × %d", name, b.DType(), len(bv))
+		}
+		lo, hi, worst := math.Inf(1), math.Inf(-1), 0.0
+		for i := range av {
+			lo, hi = math.Min(lo, float64(av[i])), math.Max(hi, float64(av[i]))
+			worst = math.Max(worst, math.Abs(float64(av[i]-bv[i])))
+		}
+		// one step of the coarsest grid a group can have (the whole
+		// tensor's range; MLX's grid pins the larger edge, so the error
+		// can pass half a step): 4 bits for most, 8 for the head, 0 for norms
+		step := (hi - lo) / 15
+		if strings.HasSuffix(name, "lm_head.weight") {
+			step = (hi - lo) / 255
+		}
+		if strings.Contains(name, "norm") {
+			step = 0
+		}
+		if worst > step+1e-6 {
+			t.Errorf("%s: off by %.3g, more than a step (%.3g)", name, worst, step)
+		}
+		tensor.Free(a, b)
+	}
+	for name, dir := range map[string]string{"not quantized": src, "missing": filepath.Join(t.TempDir(), "none")} {
+		if err := Dequantize(dir, t.TempDir(), tensor.Float32); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	if err := Dequantize(q, t.TempDir(), tensor.Int32); err == nil {
+		t.Error("dequantize to int32: no error")
+	}
 }

@@ -72,7 +72,7 @@ func blocks(raw json.RawMessage, param string) ([]anthropicBlock, error) {
 // OpenAI-style messages chat templates read.
 func anthropicMessages(system, raw json.RawMessage) ([]map[string]any, error) {
 	var out []map[string]any
-	if len(system) > 0 && string(system) != "null" {
+	if !absent(system) {
 		bs, err := blocks(system, "system")
 		if err != nil {
 			return nil, err
@@ -83,7 +83,7 @@ func anthropicMessages(system, raw json.RawMessage) ([]map[string]any, error) {
 		}
 		out = append(out, map[string]any{"role": "system", "content": b.String()})
 	}
-	if len(raw) == 0 || string(raw) == "null" {
+	if absent(raw) {
 		return nil, badRequest("messages", "messages is required")
 	}
 	var msgs []struct {
@@ -116,7 +116,7 @@ func anthropicMessages(system, raw json.RawMessage) ([]map[string]any, error) {
 			case "redacted_thinking":
 			case "tool_use":
 				args := b.Input
-				if len(args) == 0 || string(args) == "null" {
+				if absent(args) {
 					args = json.RawMessage("{}")
 				}
 				calls = append(calls, map[string]any{"id": b.ID, "type": "function", "function": map[string]any{"name": b.Name, "arguments": args}})
@@ -152,7 +152,7 @@ func anthropicMessages(system, raw json.RawMessage) ([]map[string]any, error) {
 
 // anthropicTools converts Anthropic tool definitions to OpenAI's shape.
 func anthropicTools(raw, choice json.RawMessage) ([]json.RawMessage, error) {
-	if len(raw) == 0 || string(raw) == "null" {
+	if absent(raw) {
 		return nil, nil
 	}
 	var tools []struct {
@@ -167,7 +167,7 @@ func anthropicTools(raw, choice json.RawMessage) ([]json.RawMessage, error) {
 		Type string `json:"type"`
 		Name string `json:"name"`
 	}
-	if len(choice) > 0 && string(choice) != "null" {
+	if !absent(choice) {
 		if err := json.Unmarshal(choice, &tc); err != nil {
 			return nil, badRequest("tool_choice", "tool_choice must be {type: auto | any | tool | none}")
 		}
@@ -371,39 +371,31 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, pl *plan
 		}
 		return nil
 	}
-	for {
-		evs, ok := next(ctx, j)
-		if !ok {
+	for ev := range events(ctx, j) {
+		if ev.text != "" && emit(parser.Feed(ev.text)) != nil {
 			return
 		}
-		for _, ev := range evs {
-			if ev.text != "" && emit(parser.Feed(ev.text)) != nil {
-				return
-			}
-			if ev.done == nil {
-				continue
-			}
-			if ev.done.err != nil {
-				ae, _ := genError(ev.done.err).(*apiError)
-				_ = out.send("error", map[string]any{"type": "error", "error": map[string]any{"type": "api_error", "message": ae.message}})
-				return
-			}
-			if emit(parser.Finish()) != nil {
-				return
-			}
-			if index < 0 { // always at least one (possibly empty) text block
-				if openBlock("text", map[string]any{"type": "text", "text": ""}) != nil {
-					return
-				}
-			}
-			if closeBlock() != nil {
-				return
-			}
-			_ = out.send("message_delta", map[string]any{"type": "message_delta",
-				"delta": map[string]any{"stop_reason": stopReason(*ev.done, calls > 0), "stop_sequence": stopSeq(*ev.done)},
-				"usage": anthropicUsage(*ev.done)})
-			_ = out.send("message_stop", map[string]any{"type": "message_stop"})
+		if ev.done == nil {
+			continue
+		}
+		if ev.done.err != nil {
+			_ = out.send("error", map[string]any{"type": "error", "error": map[string]any{"type": "api_error", "message": genError(ev.done.err).message}})
 			return
 		}
+		if emit(parser.Finish()) != nil {
+			return
+		}
+		if index < 0 { // always at least one (possibly empty) text block
+			if openBlock("text", map[string]any{"type": "text", "text": ""}) != nil {
+				return
+			}
+		}
+		if closeBlock() != nil {
+			return
+		}
+		_ = out.send("message_delta", map[string]any{"type": "message_delta",
+			"delta": map[string]any{"stop_reason": stopReason(*ev.done, calls > 0), "stop_sequence": stopSeq(*ev.done)},
+			"usage": anthropicUsage(*ev.done)})
+		_ = out.send("message_stop", map[string]any{"type": "message_stop"})
 	}
 }

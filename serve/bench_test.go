@@ -60,7 +60,6 @@ func BenchmarkServedVsDirect(b *testing.B) {
 		}
 		sc := bufio.NewScanner(resp.Body)
 		var first, last time.Time
-		chunks := 0
 		for sc.Scan() {
 			line := sc.Text()
 			if !strings.HasPrefix(line, `data: {"choices":[{"delta":{"content":"`) || strings.Contains(line, `"role"`) {
@@ -71,7 +70,6 @@ func BenchmarkServedVsDirect(b *testing.B) {
 				first = now
 			}
 			last = now
-			chunks++
 		}
 		resp.Body.Close()
 		ttft += float64(first.Sub(start).Microseconds()) / 1000
@@ -79,7 +77,6 @@ func BenchmarkServedVsDirect(b *testing.B) {
 		// Stats.DecodeTPS counts); chunks ≈ tokens (a few tokens carry no
 		// text of their own and ride on the next chunk).
 		servedTPS += float64(n-1) / last.Sub(first).Seconds()
-		_ = chunks
 	}
 	k := float64(b.N)
 	b.ReportMetric(directTPS/k, "direct_tok/s")

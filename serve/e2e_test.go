@@ -1,15 +1,17 @@
 package serve
 
 import (
+	"bytes"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/sampler"
 )
 
-// TestGreedyMatchesGenerate: the served greedy text (non-stream, stream,
-// completions) equals the library's Generate output for the same prompt.
+// TestGreedyMatchesGenerate: the served greedy text (chat non-stream and
+// stream, completions non-stream and stream) equals the library's Generate output for the same prompt.
 func TestGreedyMatchesGenerate(t *testing.T) {
 	d := loadDemo(t)
 	_, hs := startServer(t, d.config())
@@ -39,17 +41,59 @@ func TestGreedyMatchesGenerate(t *testing.T) {
 		t.Errorf("stream framing: first %q last %q", evs[0], evs[len(evs)-1])
 	}
 
-	// A fresh server: a prompt-cache hit computes the prompt in other chunks,
-	// which changes bf16 rounding (Generate itself differs with the chunk size).
-	_, hs2 := startServer(t, d.config())
+	// A server without a prompt cache: a cache hit computes the prompt in
+	// other chunks, which changes bf16 rounding (Generate itself differs
+	// with the chunk size).
+	cfg := d.config()
+	cfg.PromptCacheBytes = -1
+	_, hs2 := startServer(t, cfg)
 	prompt := "The whale"
-	wantC, _ := d.direct(t, toI32(d.tok.Encode(prompt, true)), 20, sampler.Params{})
-	code, out = post(t, hs2.URL+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 20, "temperature": 0})
+	wantC, stC := d.direct(t, toI32(d.tok.Encode(prompt, true)), 20, sampler.Params{})
+	creq := map[string]any{"prompt": prompt, "max_tokens": 20, "temperature": 0}
+	code, out = post(t, hs2.URL+"/v1/completions", creq)
 	if code != 200 {
 		t.Fatalf("completions status %d: %v", code, out)
 	}
 	if got := out["choices"].([]any)[0].(map[string]any)["text"]; got != wantC {
 		t.Errorf("completion %q, want %q", got, wantC)
+	}
+	// Streamed, with the usage chunk: the same text, then usage, then [DONE].
+	creq["stream"], creq["stream_options"] = true, map[string]any{"include_usage": true}
+	raw, _ := json.Marshal(creq)
+	resp, err := http.Post(hs2.URL+"/v1/completions", "application/json", bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cevs := sseEvents(t, resp.Body)
+	resp.Body.Close()
+	var text strings.Builder
+	var usage map[string]any
+	for _, e := range cevs {
+		if e == "[DONE]" {
+			continue
+		}
+		var c struct {
+			Object  string `json:"object"`
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+			Usage map[string]any `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(e), &c); err != nil || c.Object != "text_completion" {
+			t.Fatalf("bad completion chunk %q: %v", e, err)
+		}
+		for _, ch := range c.Choices {
+			text.WriteString(ch.Text)
+		}
+		if c.Usage != nil {
+			usage = c.Usage
+		}
+	}
+	if text.String() != wantC {
+		t.Errorf("streamed completion %q, want %q", text.String(), wantC)
+	}
+	if len(cevs) < 3 || cevs[len(cevs)-1] != "[DONE]" || usage == nil || int(usage["completion_tokens"].(float64)) != stC.GeneratedTokens {
+		t.Errorf("completion stream framing: usage %v, last %q", usage, cevs[len(cevs)-1])
 	}
 }
 

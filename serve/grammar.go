@@ -54,8 +54,8 @@ func (s *Server) compiler() (*grammar.Compiler, error) {
 // Giving both is an error, as is a constraint that does not compile; nil
 // means unconstrained.
 func (s *Server) constraint(responseFormat, structured json.RawMessage) (generate.Grammar, error) {
-	rfSet := len(responseFormat) > 0 && string(responseFormat) != "null"
-	soSet := len(structured) > 0 && string(structured) != "null"
+	rfSet := !absent(responseFormat)
+	soSet := !absent(structured)
 	if rfSet && soSet {
 		return nil, badRequest("structured_outputs", "give response_format or structured_outputs, not both")
 	}
@@ -132,7 +132,7 @@ func parseStructuredOutputs(raw json.RawMessage) (func(*grammar.Compiler) (*gram
 		return nil, badRequest("structured_outputs", "structured_outputs must be an object with one of json, regex, choice, grammar")
 	}
 	set := 0
-	for _, b := range []bool{len(so.JSON) > 0 && string(so.JSON) != "null", so.Regex != nil, so.Choice != nil, so.Grammar != nil} {
+	for _, b := range []bool{!absent(so.JSON), so.Regex != nil, so.Choice != nil, so.Grammar != nil} {
 		if b {
 			set++
 		}

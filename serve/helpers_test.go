@@ -333,5 +333,3 @@ func scriptedConfig(t testing.TB, d *demoModel) Config {
 	cfg.Model, cfg.ModelID, cfg.Template, cfg.SnapshotPrompt = newScripted(d), "scripted", tmpl, false
 	return cfg
 }
-
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -26,8 +26,9 @@ func longBody(d *demoModel, maxTokens int) map[string]any {
 		"max_tokens": maxTokens, "temperature": 0, "logit_bias": bias, "stream": true}
 }
 
-// openStream starts a streaming request and returns its response after
-// the first content chunk arrived, with a cancel that kills the client.
+// openStream starts a streaming request and returns its response once
+// the headers arrived (the request is queued or running), with a cancel
+// that kills the client.
 func openStream(t *testing.T, url string, body map[string]any) (*http.Response, context.CancelFunc) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -106,7 +107,7 @@ func TestMalformedRequests(t *testing.T) {
 				Code    any     `json:"code"`
 			} `json:"error"`
 		}
-		if err := jsonUnmarshal(raw, &e); err != nil || e.Error == nil || e.Error.Message == nil || *e.Error.Message == "" || e.Error.Type == nil {
+		if err := json.Unmarshal(raw, &e); err != nil || e.Error == nil || e.Error.Message == nil || *e.Error.Message == "" || e.Error.Type == nil {
 			t.Errorf("%s: not an OpenAI error object: %s", c.name, raw)
 			continue
 		}

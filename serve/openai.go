@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"net/http"
 	"strings"
@@ -36,7 +37,7 @@ var chatRoles = map[string]bool{"system": true, "developer": true, "user": true,
 // contentText flattens a message content (a string, null, or a list of
 // text parts) to text.
 func contentText(raw json.RawMessage, param string) (string, error) {
-	if len(raw) == 0 || string(raw) == "null" {
+	if absent(raw) {
 		return "", nil
 	}
 	var s string
@@ -70,7 +71,7 @@ func contentText(raw json.RawMessage, param string) (string, error) {
 // chatMessages validates OpenAI messages and turns them into what chat
 // templates expect: text content, tool-call arguments as objects.
 func chatMessages(raw json.RawMessage) ([]map[string]any, error) {
-	if len(raw) == 0 || string(raw) == "null" {
+	if absent(raw) {
 		return nil, badRequest("messages", "messages is required")
 	}
 	var msgs []map[string]json.RawMessage
@@ -169,7 +170,7 @@ func templateToolCalls(raw json.RawMessage, param string) ([]any, error) {
 // chatTools validates tools and applies tool_choice: "none" drops them, a
 // named function keeps only it.
 func chatTools(raw, choice json.RawMessage) ([]json.RawMessage, error) {
-	if len(raw) == 0 || string(raw) == "null" {
+	if absent(raw) {
 		return nil, nil
 	}
 	var tools []json.RawMessage
@@ -192,7 +193,7 @@ func chatTools(raw, choice json.RawMessage) ([]json.RawMessage, error) {
 		}
 		names[i] = v.Function.Name
 	}
-	if len(choice) == 0 || string(choice) == "null" {
+	if absent(choice) {
 		return tools, nil
 	}
 	var mode string
@@ -282,7 +283,7 @@ func (s *Server) chatPlan(req *chatRequest) (*plan, *outputParser, error) {
 		return nil, nil, err
 	}
 	var kwargs map[string]any
-	if len(req.ChatTemplateKwargs) > 0 && string(req.ChatTemplateKwargs) != "null" {
+	if !absent(req.ChatTemplateKwargs) {
 		if err := json.Unmarshal(req.ChatTemplateKwargs, &kwargs); err != nil {
 			return nil, nil, badRequest("chat_template_kwargs", "chat_template_kwargs must be an object")
 		}
@@ -311,7 +312,7 @@ func (s *Server) chatPlan(req *chatRequest) (*plan, *outputParser, error) {
 // completionPrompt accepts a string, a list of one string, a list of
 // token ids, or a list of one list of ids.
 func (s *Server) completionPrompt(raw json.RawMessage) ([]int32, string, error) {
-	if len(raw) == 0 || string(raw) == "null" {
+	if absent(raw) {
 		return nil, "", badRequest("prompt", "prompt is required")
 	}
 	var str string
@@ -410,22 +411,28 @@ func (s *Server) start(ctx context.Context, pl *plan) (*job, error) {
 	return j, nil
 }
 
-// next waits for the job's next events; ok is false when the client left.
-func next(ctx context.Context, j *job) ([]event, bool) {
-	for {
-		if evs := j.out.drain(); len(evs) > 0 {
-			return evs, true
-		}
-		select {
-		case <-j.out.notify:
-		case <-ctx.Done():
-			return nil, false
+// events yields the job's events up to the one carrying its outcome; it
+// ends early when the client leaves (the engine sees the cancelled
+// context) or the loop body breaks.
+func events(ctx context.Context, j *job) iter.Seq[event] {
+	return func(yield func(event) bool) {
+		for {
+			for _, ev := range j.out.drain() {
+				if !yield(ev) || ev.done != nil {
+					return
+				}
+			}
+			select {
+			case <-j.out.notify:
+			case <-ctx.Done():
+				return
+			}
 		}
 	}
 }
 
 // genError maps a failed generation to an API error.
-func genError(err error) error {
+func genError(err error) *apiError {
 	var pe *sampler.ParamError
 	if errors.As(err, &pe) {
 		return badRequest(pe.Field, "invalid %s: %v", pe.Field, err)
@@ -441,24 +448,19 @@ func (s *Server) collect(ctx context.Context, pl *plan) (*result, error) {
 	}
 	var res result
 	var b strings.Builder
-	for {
-		evs, ok := next(ctx, j)
-		if !ok {
-			return nil, ctx.Err()
-		}
-		for _, ev := range evs {
-			b.WriteString(ev.text)
-			res.tokens = append(res.tokens, ev.tokens...)
-			if ev.done != nil {
-				if ev.done.err != nil {
-					return nil, genError(ev.done.err)
-				}
-				res.outcome = *ev.done
-				res.text = b.String()
-				return &res, nil
+	for ev := range events(ctx, j) {
+		b.WriteString(ev.text)
+		res.tokens = append(res.tokens, ev.tokens...)
+		if ev.done != nil {
+			if ev.done.err != nil {
+				return nil, genError(ev.done.err)
 			}
+			res.outcome = *ev.done
+			res.text = b.String()
+			return &res, nil
 		}
 	}
+	return nil, ctx.Err() // the client left
 }
 
 func usage(o outcome) map[string]any {

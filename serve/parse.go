@@ -357,7 +357,7 @@ func parseJSONCall(s string) (toolCall, error) {
 		args = raw.Parameters
 	}
 	argText := "{}"
-	if len(args) > 0 && string(args) != "null" {
+	if !absent(args) {
 		var str string
 		if json.Unmarshal(args, &str) == nil {
 			args = json.RawMessage(str)

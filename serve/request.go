@@ -92,9 +92,12 @@ func jsonKind(goType string) string {
 	return goType
 }
 
+// absent reports whether a raw JSON field was left out or is null.
+func absent(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }
+
 // parseStop accepts null, a string or a list of strings.
 func parseStop(raw json.RawMessage, param string) ([]string, error) {
-	if len(raw) == 0 || string(raw) == "null" {
+	if absent(raw) {
 		return nil, nil
 	}
 	var one string

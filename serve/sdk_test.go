@@ -16,11 +16,9 @@ import (
 // <repo>/.cache/npm-sdk; "" (with a reason) when node or npm is missing
 // or the install fails.
 func sdkDir(t *testing.T) (string, string) {
-	node, err := exec.LookPath("node")
-	if err != nil {
+	if _, err := exec.LookPath("node"); err != nil {
 		return "", "node not found"
 	}
-	_ = node
 	root, _ := filepath.Abs("..")
 	dir := filepath.Join(root, ".cache", "npm-sdk")
 	ready := func() bool {

@@ -51,9 +51,44 @@ func (e *sse) raw(name string, data []byte) error {
 func (e *sse) streamError(err error) {
 	ae, ok := err.(*apiError)
 	if !ok {
-		ae = genError(err).(*apiError)
+		ae = genError(err)
 	}
 	_ = e.send("", map[string]any{"error": map[string]any{"message": ae.message, "type": ae.typ, "param": nil, "code": nil}})
+}
+
+// openaiStream is an OpenAI event stream, whose chunks all repeat the
+// response's id, object, creation time and model.
+type openaiStream struct {
+	*sse
+	id, object, model string
+	created           int64
+}
+
+func (s *Server) newOpenAIStream(w http.ResponseWriter, id, object string) *openaiStream {
+	return &openaiStream{sse: newSSE(w), id: id, object: object, model: s.cfg.ModelID, created: time.Now().Unix()}
+}
+
+// chunk is a chunk object holding choices.
+func (o *openaiStream) chunk(choices []any) map[string]any {
+	return map[string]any{"id": o.id, "object": o.object, "created": o.created, "model": o.model, "choices": choices}
+}
+
+// choice sends a chunk of one choice.
+func (o *openaiStream) choice(c map[string]any) error { return o.send("", o.chunk([]any{c})) }
+
+// end closes the stream after the job's outcome: an error chunk if it
+// failed, else the usage chunk when the request asked for it; then [DONE].
+func (o *openaiStream) end(res *outcome, withUsage bool) {
+	if res.err != nil {
+		o.streamError(res.err)
+	} else if withUsage {
+		u := o.chunk([]any{})
+		u["usage"] = usage(*res)
+		if o.send("", u) != nil {
+			return
+		}
+	}
+	_ = o.raw("", []byte("[DONE]"))
 }
 
 func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pl *plan, parser *outputParser, id string) {
@@ -63,15 +98,11 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pl *plan, pa
 		s.writeAPIError(w, err)
 		return
 	}
-	out := newSSE(w)
-	created := time.Now().Unix()
-	chunk := func(delta map[string]any, finish any, logprobs any) map[string]any {
-		return map[string]any{
-			"id": id, "object": "chat.completion.chunk", "created": created, "model": s.cfg.ModelID,
-			"choices": []any{map[string]any{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}},
-		}
+	out := s.newOpenAIStream(w, id, "chat.completion.chunk")
+	choice := func(delta map[string]any, finish any, logprobs any) error {
+		return out.choice(map[string]any{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish})
 	}
-	if out.send("", chunk(map[string]any{"role": "assistant", "content": ""}, nil, nil)) != nil {
+	if choice(map[string]any{"role": "assistant", "content": ""}, nil, nil) != nil {
 		return
 	}
 	nCalls := 0
@@ -81,43 +112,34 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pl *plan, pa
 			lps = map[string]any{"content": s.chatLogprobs(toks)}
 		}
 		if d.reasoning != "" {
-			if err := out.send("", chunk(map[string]any{"reasoning_content": d.reasoning}, nil, nil)); err != nil {
+			if err := choice(map[string]any{"reasoning_content": d.reasoning}, nil, nil); err != nil {
 				return err
 			}
 		}
 		if d.content != "" || lps != nil {
-			if err := out.send("", chunk(map[string]any{"content": d.content}, nil, lps)); err != nil {
+			if err := choice(map[string]any{"content": d.content}, nil, lps); err != nil {
 				return err
 			}
 		}
 		for _, c := range d.calls {
 			call := map[string]any{"index": nCalls, "id": c.ID, "type": "function", "function": map[string]any{"name": c.Name, "arguments": c.Arguments}}
 			nCalls++
-			if err := out.send("", chunk(map[string]any{"tool_calls": []any{call}}, nil, nil)); err != nil {
+			if err := choice(map[string]any{"tool_calls": []any{call}}, nil, nil); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	for {
-		evs, ok := next(ctx, j)
-		if !ok {
-			return // the client left; the engine sees the cancelled context
-		}
-		for _, ev := range evs {
-			if ev.text != "" || len(ev.tokens) > 0 {
-				if emit(parser.Feed(ev.text), ev.tokens) != nil {
-					return
-				}
-			}
-			if ev.done == nil {
-				continue
-			}
-			if ev.done.err != nil {
-				out.streamError(ev.done.err)
-				_ = out.raw("", []byte("[DONE]"))
+	for ev := range events(ctx, j) {
+		if ev.text != "" || len(ev.tokens) > 0 {
+			if emit(parser.Feed(ev.text), ev.tokens) != nil {
 				return
 			}
+		}
+		if ev.done == nil {
+			continue
+		}
+		if ev.done.err == nil {
 			if emit(parser.Finish(), nil) != nil {
 				return
 			}
@@ -125,19 +147,11 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pl *plan, pa
 			if nCalls > 0 && finish == "stop" {
 				finish = "tool_calls"
 			}
-			if out.send("", chunk(map[string]any{}, finish, nil)) != nil {
+			if choice(map[string]any{}, finish, nil) != nil {
 				return
 			}
-			if pl.usage {
-				u := map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": s.cfg.ModelID,
-					"choices": []any{}, "usage": usage(*ev.done)}
-				if out.send("", u) != nil {
-					return
-				}
-			}
-			_ = out.raw("", []byte("[DONE]"))
-			return
 		}
+		out.end(ev.done, pl.usage)
 	}
 }
 
@@ -148,51 +162,28 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, pl *pl
 		s.writeAPIError(w, err)
 		return
 	}
-	out := newSSE(w)
-	created := time.Now().Unix()
-	chunk := func(text string, finish any, logprobs any) map[string]any {
-		return map[string]any{
-			"id": id, "object": "text_completion", "created": created, "model": s.cfg.ModelID,
-			"choices": []any{map[string]any{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}},
-		}
+	out := s.newOpenAIStream(w, id, "text_completion")
+	choice := func(text string, finish any, logprobs any) error {
+		return out.choice(map[string]any{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish})
 	}
 	offset := 0
-	for {
-		evs, ok := next(ctx, j)
-		if !ok {
-			return
-		}
-		for _, ev := range evs {
-			if ev.text != "" || (pl.logprobs && len(ev.tokens) > 0) {
-				var lps any
-				if pl.logprobs {
-					lps = s.completionLogprobs(ev.tokens, pl.topLP, offset)
-				}
-				offset += len(ev.text)
-				if out.send("", chunk(ev.text, nil, lps)) != nil {
-					return
-				}
+	for ev := range events(ctx, j) {
+		if ev.text != "" || (pl.logprobs && len(ev.tokens) > 0) {
+			var lps any
+			if pl.logprobs {
+				lps = s.completionLogprobs(ev.tokens, pl.topLP, offset)
 			}
-			if ev.done == nil {
-				continue
-			}
-			if ev.done.err != nil {
-				out.streamError(ev.done.err)
-				_ = out.raw("", []byte("[DONE]"))
+			offset += len(ev.text)
+			if choice(ev.text, nil, lps) != nil {
 				return
 			}
-			if out.send("", chunk("", ev.done.reason, nil)) != nil {
-				return
-			}
-			if pl.usage {
-				u := map[string]any{"id": id, "object": "text_completion", "created": created, "model": s.cfg.ModelID,
-					"choices": []any{}, "usage": usage(*ev.done)}
-				if out.send("", u) != nil {
-					return
-				}
-			}
-			_ = out.raw("", []byte("[DONE]"))
+		}
+		if ev.done == nil {
+			continue
+		}
+		if ev.done.err == nil && choice("", ev.done.reason, nil) != nil {
 			return
 		}
+		out.end(ev.done, pl.usage)
 	}
 }

@@ -9,13 +9,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/tensor"
 	_ "github.com/mlxgo/mlxgo/tensor/cpu"
-	"github.com/mlxgo/mlxgo/tensor/safetensors"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
@@ -358,62 +356,13 @@ func TestGreedyF32(t *testing.T) {
 	}
 }
 
-// dequantize writes a float32 copy of the quantized checkpoint in dir,
-// every quantized weight expanded with the same affine scheme: the float
-// model that the 4-bit one must reproduce. The float32 path is itself
-// checked against HF by TestGreedyF32.
-func dequantize(t *testing.T, dir string, group, bits int) string {
+// dequantize writes a float32 copy of the quantized checkpoint in dir
+// (model.Dequantize): the float model that the 4-bit one must reproduce.
+// The float32 path is itself checked against HF by TestGreedyF32.
+func dequantize(t *testing.T, dir string) string {
 	t.Helper()
 	out := t.TempDir()
-	set, err := safetensors.OpenDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer set.Close()
-	arrays := map[string]*tensor.Array{}
-	defer func() {
-		for _, a := range arrays {
-			a.Free()
-		}
-	}()
-	get := func(name string) *tensor.Array {
-		a, err := set.Array(name, nil, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
-	quantized := func(base string) bool { return set.Has(base + ".scales") }
-	for _, name := range set.Names() {
-		base := name[:strings.LastIndexByte(name, '.')]
-		switch {
-		case strings.HasSuffix(name, ".scales"):
-			wq, s, b := get(base+".weight"), get(name), get(base+".biases")
-			arrays[base+".weight"] = tensor.Dequantize(wq, s, b, group, bits, tensor.Float32)
-			tensor.Free(wq, s, b)
-		case quantized(base):
-			// weight and biases of a quantized module: done with its scales
-		default:
-			a := get(name)
-			arrays[name] = tensor.AsType(a, tensor.Float32)
-			a.Free()
-		}
-	}
-	if err := safetensors.WriteArrays(filepath.Join(out, "model.safetensors"), arrays, map[string]string{"format": "mlx"}); err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	delete(cfg, "quantization")
-	delete(cfg, "quantization_config")
-	raw, _ = json.Marshal(cfg)
-	if err := os.WriteFile(filepath.Join(out, "config.json"), raw, 0o644); err != nil {
+	if err := model.Dequantize(dir, out, tensor.Float32); err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -453,7 +402,7 @@ func TestQuantized(t *testing.T) {
 	defer q.Close()
 	b := load(t, bdir)
 	defer b.Close()
-	ref := load(t, dequantize(t, qdir, 64, 4))
+	ref := load(t, dequantize(t, qdir))
 	defer ref.Close()
 	total := 0
 	for _, p := range g.Prompts {

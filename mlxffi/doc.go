@@ -20,8 +20,8 @@
 // OS thread. Every MLX call this package makes therefore runs on one
 // goroutine locked to one OS thread; Backend methods hand that thread a
 // closure and wait, so they are safe to call from any goroutine (calls
-// from several goroutines are serialised). Each hand-off costs a few
-// microseconds, so Backend.Run hands over a whole sequence of tensor ops
+// from several goroutines are serialised). Each hand-off costs tens of
+// microseconds on a loaded machine (BenchmarkHandoff), so Backend.Run hands over a whole sequence of tensor ops
 // at once (a decode step, say): ops made inside it run inline on the MLX
 // thread. Code that calls mlx-c entry points itself must do so inside Do
 // (or Run). Building with -tags mlxdebug makes

@@ -71,7 +71,7 @@ func runRecover(f func()) (p any) {
 // onWorker reports whether the calling goroutine is the worker. When the
 // worker is idle it costs one atomic load; while the worker runs a closure
 // it asks for the caller's identity: on Linux the OS thread id (one
-// system call, about 0.1 µs; the worker is locked to its thread and a
+// system call; the worker is locked to its thread and a
 // locked thread runs no other goroutine, so the thread identifies the
 // goroutine), elsewhere the goroutine id parsed from a stack header.
 func (w *worker) onWorker() bool {
@@ -141,8 +141,8 @@ func (w *worker) drainFrees() {
 	clear(w.freeSpin)
 }
 
-// curGoid parses the current goroutine's id from its stack header (about a
-// microsecond). It identifies the worker where no thread id is available.
+// curGoid parses the current goroutine's id from its stack header (a
+// runtime.Stack call, far dearer than gettid). It identifies the worker where no thread id is available.
 func curGoid() int64 {
 	var buf [64]byte
 	n := runtime.Stack(buf[:], false)

@@ -161,7 +161,8 @@ func (e *engine) loop() {
 	// The goroutine is not locked to a thread: mlxffi runs every MLX call
 	// on its own locked thread, and the CPU backend's parallel kernels hand
 	// work between goroutines, which a locked thread turns into thread
-	// switches (served decode fell to 0.54× of direct Generate with it).
+	// switches (in an early experiment served decode ran at about half the
+	// speed of direct Generate with it; no benchmark keeps that comparison).
 	defer close(e.done)
 	defer func() {
 		if e.pc != nil {

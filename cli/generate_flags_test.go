@@ -125,13 +125,24 @@ func TestGenerateChatTemplate(t *testing.T) {
 			t.Errorf("%v accepted", bad)
 		}
 	}
-	kvcfg := filepath.Join(t.TempDir(), "kv_config.json")
+	// --kv-config: below --quantized-kv-start it changes nothing; from
+	// token 0 on, a group size the head dim (16) cannot hold is a named
+	// error (exit 1), and a malformed file a usage error (exit 2).
+	kvdir := t.TempDir()
+	kvcfg, kvbad := filepath.Join(kvdir, "kv_config.json"), filepath.Join(kvdir, "bad.json")
 	os.WriteFile(kvcfg, []byte(`[{"layer_idx": 0, "bits": 8, "group_size": 32}]`), 0o644)
-	if code, _, errs := run(t, "generate", "--model", dir, "--backend", "cpu", "--prompt-ids", "1,2", "--max-tokens", "2", "--kv-config", kvcfg, "--json"); code != 0 {
-		// Head dim 16 cannot be grouped by 32: the error must say so, not crash.
-		if !strings.Contains(errs, "kv") && !strings.Contains(errs, "group") {
-			t.Errorf("--kv-config: exit %d: %s", code, errs)
-		}
+	os.WriteFile(kvbad, []byte(`nonsense`), 0o644)
+	kvRun := func(extra ...string) (int, string, string) {
+		return run(t, append([]string{"generate", "--model", dir, "--backend", "cpu", "--prompt-ids", "1,2", "--max-tokens", "2", "--json"}, extra...)...)
+	}
+	if code, out, errs := kvRun("--kv-config", kvcfg); code != 0 || !strings.Contains(out, `"ids":[`) {
+		t.Errorf("--kv-config before the quantized start: exit %d: %s %s", code, out, errs)
+	}
+	if code, _, errs := kvRun("--kv-config", kvcfg, "--quantized-kv-start", "0"); code != 1 || !strings.Contains(errs, "not multiples of group size 32") {
+		t.Errorf("--kv-config group 32 on head dim 16: exit %d (want 1): %s", code, errs)
+	}
+	if code, _, errs := kvRun("--kv-config", kvbad); code != 2 || !strings.Contains(errs, "--kv-config") {
+		t.Errorf("malformed --kv-config: exit %d (want 2): %s", code, errs)
 	}
 }
 

@@ -156,25 +156,8 @@ func Convert(src, dst string, opts ConvertOptions) (err error) {
 	}
 
 	out := map[string]*tensor.Array{}
-	defer func() {
-		for _, a := range out {
-			a.Free()
-		}
-	}()
-	load := func(name string) *tensor.Array {
-		a, err := set.Array(name, be, true)
-		if err != nil {
-			panic(&tensor.Error{Op: "convert", Err: err})
-		}
-		tensor.Detach(a)
-		if opts.DType.Valid() && a.DType().IsFloat() && a.DType() != opts.DType {
-			c := tensor.AsType(a, opts.DType)
-			tensor.Detach(c)
-			a.Free()
-			a = c
-		}
-		return a
-	}
+	defer freeAll(out)
+	load := func(name string) *tensor.Array { return loadAs(set, be, name, opts.DType, "convert") }
 	// group per-expert weights: base.switch_mlp.proj → expert → name
 	stacks := map[string]map[int]string{}
 	var plain []string
@@ -302,18 +285,8 @@ func Dequantize(src, dst string, dt tensor.DType) (err error) {
 	}
 	defer set.Close()
 	out := map[string]*tensor.Array{}
-	defer func() {
-		for _, a := range out {
-			a.Free()
-		}
-	}()
-	load := func(name string) *tensor.Array {
-		a, err := set.Array(name, nil, true)
-		if err != nil {
-			panic(&tensor.Error{Op: "dequantize", Err: err})
-		}
-		return a
-	}
+	defer freeAll(out)
+	load := func(name string) *tensor.Array { return loadAs(set, nil, name, tensor.Invalid, "dequantize") }
 	for _, name := range set.Names() {
 		base := name[:max(strings.LastIndexByte(name, '.'), 0)]
 		switch {
@@ -331,13 +304,7 @@ func Dequantize(src, dst string, dt tensor.DType) (err error) {
 			tensor.Free(wq, s, b)
 		case set.Has(base + ".scales"): // the packed weight and biases of a module done above
 		default:
-			a := load(name)
-			if dt != tensor.Invalid && a.DType().IsFloat() && a.DType() != dt {
-				c := tensor.AsType(a, dt)
-				a.Free()
-				a = c
-			}
-			out[name] = a
+			out[name] = loadAs(set, nil, name, dt, "dequantize")
 		}
 	}
 	if err := os.MkdirAll(dst, 0o755); err != nil {
@@ -350,6 +317,31 @@ func Dequantize(src, dst string, dt tensor.DType) (err error) {
 		return err
 	}
 	return copyExtras(src, dst)
+}
+
+// loadAs reads a stored tensor onto be (nil: the default backend),
+// converted to dt when dt is valid and the tensor is floating point. It
+// panics with a *tensor.Error naming op on a read error.
+func loadAs(set *safetensors.Set, be tensor.Backend, name string, dt tensor.DType, op string) *tensor.Array {
+	a, err := set.Array(name, be, true)
+	if err != nil {
+		panic(&tensor.Error{Op: op, Err: err})
+	}
+	tensor.Detach(a)
+	if dt.Valid() && a.DType().IsFloat() && a.DType() != dt {
+		c := tensor.AsType(a, dt)
+		tensor.Detach(c)
+		a.Free()
+		a = c
+	}
+	return a
+}
+
+// freeAll frees every array of m.
+func freeAll(m map[string]*tensor.Array) {
+	for _, a := range m {
+		a.Free()
+	}
 }
 
 // bankName is where mlx-lm keeps a stacked expert bank: under

@@ -135,15 +135,11 @@ func newLlama(c *Config, w *Weights, fl flavor) (Architecture, error) {
 		if sparse {
 			b.MoE = w.SparseMoE(p+"mlp", cfg.Hidden, cfg.MoEIntermediate, cfg.Experts, cfg.TopK, cfg.NormTopK)
 		} else {
-			mlp := w.MLP(p+"mlp", cfg.Hidden, cfg.Intermediate)
-			if cfg.MLPBias {
-				mlp = &MLP{
-					Gate: w.Linear(p+"mlp.gate_proj", cfg.Hidden, cfg.Intermediate, true),
-					Up:   w.Linear(p+"mlp.up_proj", cfg.Hidden, cfg.Intermediate, true),
-					Down: w.Linear(p+"mlp.down_proj", cfg.Intermediate, cfg.Hidden, true),
-				}
+			b.MLP = &MLP{
+				Gate: w.Linear(p+"mlp.gate_proj", cfg.Hidden, cfg.Intermediate, cfg.MLPBias),
+				Up:   w.Linear(p+"mlp.up_proj", cfg.Hidden, cfg.Intermediate, cfg.MLPBias),
+				Down: w.Linear(p+"mlp.down_proj", cfg.Intermediate, cfg.Hidden, cfg.MLPBias),
 			}
-			b.MLP = mlp
 		}
 		m.Layers = append(m.Layers, b)
 	}

@@ -93,10 +93,28 @@ var (
 	registry []*Arch
 )
 
-// Register makes an architecture loadable; architecture files call it from init.
+// Register makes an architecture loadable; architecture files call it from
+// init. It panics when the name, or a model_type or architectures entry,
+// is already registered: Lookup would otherwise pick whichever init ran
+// first, silently.
 func Register(a Arch) {
 	regMu.Lock()
 	defer regMu.Unlock()
+	for _, r := range registry {
+		if r.Name == a.Name {
+			panic(fmt.Sprintf("model: architecture %q registered twice", a.Name))
+		}
+		for _, t := range a.ModelTypes {
+			if slices.Contains(r.ModelTypes, t) {
+				panic(fmt.Sprintf("model: architecture %q: model_type %q already registered by %q", a.Name, t, r.Name))
+			}
+		}
+		for _, n := range a.Architectures {
+			if slices.Contains(r.Architectures, n) {
+				panic(fmt.Sprintf("model: architecture %q: architectures entry %q already registered by %q", a.Name, n, r.Name))
+			}
+		}
+	}
 	registry = append(registry, &a)
 }
 

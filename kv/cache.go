@@ -15,9 +15,9 @@ const Step = 256
 // [B, heads, T, head_dim] arrays (head dims of keys and values may differ).
 //
 // A cache owns everything it holds. The KV returned by UpdateAndFetch is a
-// set of views owned by the cache too: they stay valid until the next call
-// that changes the cache (UpdateAndFetch, SetState, Free), which frees
-// them. Freeing them earlier is allowed (it is a no-op for the cache). The
+// set of views owned by the cache too: they stay valid until the cache's
+// next UpdateAndFetch, SetState or Free, which frees them (Trim leaves
+// them). Freeing them earlier is allowed (it is a no-op for the cache). The
 // cache frees them itself because a live view of its buffer would force
 // the next in-place write to copy the whole buffer (copy-on-write), turning
 // an O(new tokens) decode step into O(context).
@@ -63,8 +63,8 @@ const (
 	KindQuantizedRotating Kind = "QuantizedRotatingKVCache"
 )
 
-// State is a cache's contents as plain values: what snapshot/restore,
-// cloning across processes and persistence move around. Arrays are the
+// State is a cache's contents as plain values: what snapshot/restore
+// (SetState) and persistence (Save, Load) move around. Arrays are the
 // live part of the buffers along the token axis: keys then values for
 // plain caches; packed keys, key scales, key biases, then the same for
 // values, for quantized ones. An empty cache has no arrays.
@@ -317,7 +317,7 @@ func handle(a *tensor.Array) *tensor.Array { return tensor.SliceAxis(a, 2, 0, a.
 // copyOf returns a fresh copy of a that shares no storage with it.
 func copyOf(a *tensor.Array) *tensor.Array { return tensor.Concatenate([]*tensor.Array{a}, 2) }
 
-// zerosLike returns zeros of a's shape with t token slots.
+// zerosT returns zeros of like's shape with t token slots, on be.
 func zerosT(be tensor.Backend, like *tensor.Array, t int) *tensor.Array {
 	s := append([]int(nil), like.Shape()...)
 	s[2] = t

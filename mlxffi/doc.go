@@ -24,7 +24,7 @@
 // microseconds on a loaded machine (BenchmarkHandoff), so Backend.Run hands over a whole sequence of tensor ops
 // at once (a decode step, say): ops made inside it run inline on the MLX
 // thread. Code that calls mlx-c entry points itself must do so inside Do
-// (or Run). Building with -tags mlxdebug makes
+// (or Run). Building with -tags mlxdebug on Linux makes
 // every checked entry point panic when it runs off that thread.
 //
 // # Errors

@@ -2,5 +2,7 @@
 
 package mlxffi
 
-// threadID is unknown off Linux; the debug thread check is then a no-op.
+// threadID returns 0 off Linux, where this package reads no OS thread id.
+// onWorker then recognises the MLX worker by its goroutine id (curGoid),
+// and the mlxdebug off-thread check (assertWorkerThread) checks nothing.
 func threadID() int { return 0 }

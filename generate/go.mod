@@ -1,3 +1,34 @@
 module github.com/mlxgo/mlxgo/generate
 
-go 1.26
+go 1.26.0
+
+require (
+	github.com/mlxgo/mlxgo/grammar v0.0.0
+	github.com/mlxgo/mlxgo/kv v0.0.0
+	github.com/mlxgo/mlxgo/mlxffi v0.0.0
+	github.com/mlxgo/mlxgo/model v0.0.0
+	github.com/mlxgo/mlxgo/sampler v0.0.0
+	github.com/mlxgo/mlxgo/tensor v0.0.0
+	github.com/mlxgo/mlxgo/tokenizer v0.0.0
+)
+
+require (
+	github.com/ardanlabs/jinja v1.8.0 // indirect
+	github.com/dlclark/regexp2/v2 v2.13.0 // indirect
+	github.com/ebitengine/purego v0.11.3 // indirect
+	golang.org/x/text v0.44.0 // indirect
+)
+
+replace github.com/mlxgo/mlxgo/grammar => ../grammar
+
+replace github.com/mlxgo/mlxgo/kv => ../kv
+
+replace github.com/mlxgo/mlxgo/mlxffi => ../mlxffi
+
+replace github.com/mlxgo/mlxgo/model => ../model
+
+replace github.com/mlxgo/mlxgo/sampler => ../sampler
+
+replace github.com/mlxgo/mlxgo/tensor => ../tensor
+
+replace github.com/mlxgo/mlxgo/tokenizer => ../tokenizer

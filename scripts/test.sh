@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check CI runs: go vet and go test over each module of the
-# workspace, the race detector over the concurrent packages, then a short
-# fuzz pass on the parsers that read untrusted bytes.
+# workspace, each module on its own (GOWORK=off), the race detector over
+# the concurrent packages, then a short fuzz pass on the parsers that read
+# untrusted bytes.
 # Usage: scripts/test.sh            (everything)
 #        FUZZTIME=0 scripts/test.sh (skip the fuzz pass)
 #        RACE=0 scripts/test.sh     (skip the race-detector pass)
@@ -10,9 +11,13 @@ cd "$(dirname "$0")/.."
 
 mods=$(go work edit -json | sed -n 's/.*"DiskPath": "\(.*\)".*/\1/p')
 fail=0
+# Each module is vetted and tested on its own (GOWORK=off: its go.mod alone
+# must name everything it needs, as for someone who imports just that
+# module), and built once more inside the workspace.
 for m in $mods; do
 	echo "== $m"
-	(cd "$m" && go vet ./... && go test -count=1 -timeout 30m ./...) || fail=1
+	(cd "$m" && go build ./... && GOWORK=off go build ./... && GOWORK=off go vet ./... &&
+		GOWORK=off go test -count=1 -timeout 30m ./...) || fail=1
 done
 
 # The race detector over the packages where goroutines meet: the server's

@@ -66,7 +66,7 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fl.IntVar(&f.kvGroup, "kv-group-size", generate.DefaultKVGroupSize, "KV quantization group size")
 	fl.IntVar(&f.kvStart, "quantized-kv-start", generate.DefaultQuantizedKVStart, "context length from which the KV cache is quantized")
 	fl.StringVar(&f.kvConfig, "kv-config", "", "kv_config.json with per-layer KV bits and group sizes")
-	fl.StringVar(&f.backend, "backend", "auto", "compute backend: cpu, mlx, or auto (mlx when libmlxc loads, else cpu)")
+	fl.StringVar(&f.backend, "backend", "auto", "compute backend: cpu, mlx, or auto (mlx when MLX has a GPU device, else cpu)")
 	fl.BoolVar(&f.ignoreEOS, "ignore-eos", false, "keep going past end-of-sequence tokens")
 	fl.BoolVar(&f.copyWeights, "copy-weights", false, "copy weights into memory instead of mapping the files")
 	fl.BoolVar(&f.asJSON, "json", false, `print {"ids": [...], "text": "...", "stats": {...}} instead of streaming`)
@@ -107,7 +107,7 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	if f.maxTokens == 0 {
-		return printResult(stdout, f.asJSON, nil, "", nil, generate.Stats{})
+		return printResult(stdout, f.asJSON, nil, "", nil, generate.Stats{}, "")
 	}
 	params := sampler.Params{Temperature: f.temp, TopP: f.topP, TopK: f.topK, MinP: f.minP,
 		RepetitionPenalty: f.repPenalty, TopLogprobs: f.logprobs, Logprobs: f.logprobs > 0}
@@ -216,7 +216,7 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return genErr
 	}
 	if f.asJSON {
-		return printResult(stdout, true, out, text.String(), lps, st)
+		return printResult(stdout, true, out, text.String(), lps, st, be.Name())
 	}
 	fmt.Fprintln(stdout)
 	printStats(stderr, st)
@@ -280,7 +280,17 @@ func newTokenLogprobs(t generate.Token) tokenLogprobs {
 	return out
 }
 
-func printResult(w io.Writer, asJSON bool, ids []int32, text string, lps []tokenLogprobs, st generate.Stats) error {
+// jsonStats are the stats --json prints: the generation loop's, and the
+// backend that computed them ("cpu" or "mlx"; absent when nothing ran, as
+// with --max-tokens 0), since --backend auto leaves that to the machine.
+type jsonStats struct {
+	generate.Stats
+	Backend string `json:"backend,omitempty"`
+}
+
+// printResult prints the result: the text, or with asJSON the ids, text,
+// logprobs and stats (backend: the backend's name).
+func printResult(w io.Writer, asJSON bool, ids []int32, text string, lps []tokenLogprobs, st generate.Stats, backend string) error {
 	if ids == nil {
 		ids = []int32{}
 	}
@@ -292,8 +302,8 @@ func printResult(w io.Writer, asJSON bool, ids []int32, text string, lps []token
 		IDs      []int32         `json:"ids"`
 		Text     string          `json:"text"`
 		Logprobs []tokenLogprobs `json:"logprobs,omitempty"`
-		Stats    generate.Stats  `json:"stats"`
-	}{ids, text, lps, st})
+		Stats    jsonStats       `json:"stats"`
+	}{ids, text, lps, jsonStats{st, backend}})
 }
 
 // printStats writes mlx-lm's summary lines.

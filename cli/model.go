@@ -13,30 +13,57 @@ import (
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
-// chooseBackend opens the backend the --backend flag names; auto prefers
-// MLX and falls back to the CPU backend when libmlxc is not installed.
+// pickBackend resolves a --backend name to "cpu" or "mlx". Explicit names
+// are taken as given. auto asks hasGPU, and picks MLX only when MLX has a
+// GPU device: MLX on its CPU device decodes slower than the pure-Go CPU
+// backend, so a libmlxc built without Metal or CUDA is no reason to use
+// it. why says, for auto, what decided the choice.
+func pickBackend(name string, hasGPU func() (bool, error)) (pick, why string, err error) {
+	switch name {
+	case "cpu", "mlx":
+		return name, "", nil
+	case "auto":
+		gpu, err := hasGPU()
+		switch {
+		case errors.Is(err, mlxffi.ErrNotFound):
+			return "cpu", "libmlxc not found", nil
+		case err != nil:
+			return "cpu", fmt.Sprintf("MLX unavailable: %v", err), nil
+		case !gpu:
+			return "cpu", "MLX has no GPU device", nil
+		}
+		return "mlx", "MLX has a GPU device", nil
+	}
+	return "", "", fmt.Errorf("%w: --backend %q (want cpu, mlx or auto)", errUsage, name)
+}
+
+// chooseBackend opens the backend the --backend flag names (see
+// pickBackend); for auto it says on stderr which one it picked and why.
 // The generation loop takes peak memory and cache clearing from the
 // backend itself when it has them (the MLX backend does), so callers pass
 // no generate.MemoryInfo.
 func chooseBackend(name string, stderr io.Writer) (tensor.Backend, error) {
-	switch name {
-	case "cpu":
-		return tensor.Open("cpu")
-	case "mlx", "auto":
+	pick, why, err := pickBackend(name, mlxffi.HasGPU)
+	if err != nil {
+		return nil, err
+	}
+	if pick == "mlx" {
 		be, err := mlxffi.Open()
-		if err == nil {
+		switch {
+		case err == nil:
+			if why != "" {
+				fmt.Fprintf(stderr, "mlxgo: using the MLX backend (%s)\n", why)
+			}
 			return be, nil
-		}
-		if name == "mlx" {
+		case name == "mlx":
 			return nil, err
 		}
-		if !errors.Is(err, mlxffi.ErrNotFound) {
-			fmt.Fprintf(stderr, "mlxgo: MLX unavailable (%v); using the CPU backend\n", err)
-		}
-		return tensor.Open("cpu")
-	default:
-		return nil, fmt.Errorf("%w: --backend %q (want cpu, mlx or auto)", errUsage, name)
+		why = fmt.Sprintf("MLX unavailable: %v", err)
 	}
+	if why != "" {
+		fmt.Fprintf(stderr, "mlxgo: using the CPU backend (%s)\n", why)
+	}
+	return tensor.Open("cpu")
 }
 
 // loadModel opens the --backend backend, makes it the default one, and

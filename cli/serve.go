@@ -148,7 +148,7 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
-	fmt.Fprintf(stderr, "mlxgo serve: %s on http://%s (backend %s)\n", id, ln.Addr(), f.backend)
+	fmt.Fprintf(stderr, "mlxgo serve: %s on http://%s (backend %s)\n", id, ln.Addr(), be.Name())
 	select {
 	case err := <-errc:
 		return err

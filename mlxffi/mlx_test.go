@@ -266,3 +266,25 @@ func TestRuntimeInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHasGPUAgreesWithDevices: HasGPU is true exactly when MLX counts a
+// GPU device, and Open's default stream is on the GPU exactly then (the
+// CLI's auto backend relies on both answers being the same).
+func TestHasGPUAgreesWithDevices(t *testing.T) {
+	be := mlxBackend(t)
+	gpu, err := HasGPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := DeviceCount(GPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gpu != (n > 0) {
+		t.Errorf("HasGPU %v with %d GPU devices", gpu, n)
+	}
+	if want := map[bool]DeviceType{true: GPU, false: CPU}[gpu]; be.Device() != want {
+		t.Errorf("Open's device is %s with HasGPU %v", be.Device(), gpu)
+	}
+	t.Logf("MLX GPU device: %v (%d)", gpu, n)
+}

@@ -53,14 +53,27 @@ func (d DeviceType) String() string {
 
 // DeviceAvailable reports whether MLX can run on the device kind (GPU is
 // Metal on macOS, CUDA where built with it; false on a CPU-only build).
+// It is false as well when libmlxc does not load; HasGPU tells the two
+// apart.
 func DeviceAvailable(dt DeviceType) bool {
-	ok := false
-	err := call(func() {
+	ok, err := deviceAvailable(dt)
+	return err == nil && ok
+}
+
+// HasGPU reports whether MLX has a GPU device (Metal, or CUDA where
+// libmlxc was built with it). A CPU-only MLX build runs slower than the
+// pure-Go CPU backend, so callers choosing a backend for speed want MLX
+// only when this is true. It loads libmlxc first and returns Load's error
+// when that fails (ErrNotFound when it is not installed).
+func HasGPU() (bool, error) { return deviceAvailable(GPU) }
+
+func deviceAvailable(dt DeviceType) (ok bool, err error) {
+	err = call(func() {
 		dev := ckHandle(mlx_device_new_type(int32(dt), 0))
 		defer mlx_device_free(dev)
 		ck(mlx_device_is_available(&ok, dev))
 	})
-	return err == nil && ok
+	return ok, err
 }
 
 // DeviceCount is the number of devices of a kind.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/mlxgo/mlxgo/kv"
 	"github.com/mlxgo/mlxgo/sampler"
@@ -314,7 +313,7 @@ func Generate(ctx context.Context, m Model, prompt []int32, opts *Options) (*Str
 	if o.QuantizedKVStart < 0 {
 		return nil, fmt.Errorf("generate: quantized KV start %d", o.QuantizedKVStart)
 	}
-	s := &Stream{ctx: ctx, m: m, prompt: slices.Clone(prompt), o: o, vocab: vocab}
+	s := &Stream{ctx: ctx, m: m, chunk: o.PrefillChunkSize}
 	s.be = o.Backend
 	if s.be == nil {
 		if err := tensor.Try(func() { s.be = tensor.Default() }); err != nil {
@@ -331,6 +330,7 @@ func Generate(ctx context.Context, m Model, prompt []int32, opts *Options) (*Str
 	for _, spec := range o.KVConfig {
 		s.quant = s.quant || spec.Bits != 0
 	}
+	cached := 0 // prompt tokens the pre-warmed caches hold
 	if o.Caches != nil {
 		off := -1
 		for i, c := range o.Caches {
@@ -346,19 +346,17 @@ func Generate(ctx context.Context, m Model, prompt []int32, opts *Options) (*Str
 			return nil, fmt.Errorf("generate: pre-warmed caches hold %d tokens, not a strict prefix of the %d-token prompt", off, len(prompt))
 		}
 		s.caches = o.Caches
-		s.stats.CachedTokens = max(off, 0)
+		cached = max(off, 0)
 	}
 	smp, err := sampler.NewOn(s.be, o.Sampler, vocab)
 	if err != nil {
 		return nil, err
 	}
-	s.smp = smp
+	s.q = newSeq(prompt, o, vocab, smp, cached)
 	if s.caches == nil {
 		s.caches = m.MakeCaches()
 		s.owned = true
 	}
-	s.stats.PromptTokens = len(prompt)
-	s.stats.PrefillTokens = len(prompt) - s.stats.CachedTokens
 	return s, nil
 }
 

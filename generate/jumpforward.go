@@ -10,39 +10,68 @@ import (
 
 // jumpForwarder returns the grammar's JumpForwarder when canonical
 // jump-forward decoding is on and possible for this request.
-func (s *Stream) jumpForwarder() JumpForwarder {
-	p := s.o.Sampler
-	if !s.o.JumpForward || s.o.JumpMode != JumpCanonical || s.o.Codec == nil || p.Logprobs || p.TopLogprobs > 0 {
+func jumpForwarder(o *Options) JumpForwarder {
+	p := o.Sampler
+	if !o.JumpForward || o.JumpMode != JumpCanonical || o.Codec == nil || p.Logprobs || p.TopLogprobs > 0 {
 		return nil
 	}
-	jf, _ := s.o.Grammar.(JumpForwarder)
+	jf, _ := o.Grammar.(JumpForwarder)
 	return jf
 }
 
 // exactJump reports whether exact jump-forward decoding is on and
 // possible for this request (see JumpExact).
-func (s *Stream) exactJump() bool {
-	return s.o.JumpForward && s.o.JumpMode == JumpExact && s.o.Grammar != nil && s.o.Sampler.TopLogprobs == 0
+func exactJump(o *Options) bool {
+	return o.JumpForward && o.JumpMode == JumpExact && o.Grammar != nil && o.Sampler.TopLogprobs == 0
 }
 
 // forcedLogprob is the logprob reported for a forced token: exactly 0 in
 // exact mode when logprobs are asked for (the masked distribution has one
 // allowed token), NaN otherwise.
-func (s *Stream) forcedLogprob(exact bool) float32 {
-	if exact && s.o.Sampler.Logprobs {
+func (q *seq) forcedLogprob() float32 {
+	if q.exact && q.o.Sampler.Logprobs {
 		return 0
 	}
 	return float32(math.NaN())
 }
 
+// applyJump is jump-forward's decision after a sampled (and accepted)
+// token id: the tokens the step delivers and feeds. In exact mode they
+// are id followed by the tokens the grammar's mask forces one at a time;
+// in canonical mode, the tokenizer's spelling of id and the text the
+// grammar forces after it (see forced); otherwise id alone.
+func (q *seq) applyJump(id int32) ([]int32, error) {
+	step := []int32{id}
+	if q.exact {
+		f, ready, err := q.forcedRun(q.room(q.n + 1))
+		if err != nil {
+			return nil, err
+		}
+		q.maskReady = ready
+		step = append(step, f...)
+		q.stats.ForcedTokens += len(f)
+	}
+	if q.jf != nil {
+		f, err := q.forced(id, q.room(q.n))
+		if err != nil {
+			return nil, err
+		}
+		if f != nil {
+			step = f
+			q.stats.ForcedTokens += len(f) - 1
+		}
+	}
+	return step, nil
+}
+
 // forcedRun moves the grammar over the tokens its mask forces one at a
 // time — while the mask allows a single token that is not an EOS token —
 // and returns them; at most room tokens (-1: no cap). ready reports that
-// mask holds the allowed tokens of the grammar's current state, so the
-// next dispatch need not fill it again. A forced token that ends the
+// q.mask holds the allowed tokens of the grammar's current state, so the
+// next fillMask need not fill it again. A forced token that ends the
 // grammar ends the run (the caller sees IsTerminated).
-func (s *Stream) forcedRun(mask []int32, room int) (out []int32, ready bool, err error) {
-	g := s.o.Grammar
+func (q *seq) forcedRun(room int) (out []int32, ready bool, err error) {
+	g, mask := q.o.Grammar, q.mask
 	for !g.IsTerminated() {
 		if room >= 0 && len(out) >= room {
 			return out, false, nil
@@ -50,8 +79,8 @@ func (s *Stream) forcedRun(mask []int32, room int) (out []int32, ready bool, err
 		if err := g.FillNextTokenBitmask(mask); err != nil {
 			return nil, false, fmt.Errorf("generate: grammar mask: %w", err)
 		}
-		id, ok := onlyAllowed(mask, s.vocab)
-		if !ok || slices.Contains(s.o.EOS, id) {
+		id, ok := onlyAllowed(mask, q.vocab)
+		if !ok || slices.Contains(q.o.EOS, id) {
 			return out, true, nil
 		}
 		if !g.AcceptToken(int(id)) {
@@ -87,12 +116,13 @@ func onlyAllowed(mask []int32, vocab int) (int32, bool) {
 // the grammar moved onto them, less the last token, which may merge with
 // what follows; nil when nothing is forced or the grammar refuses the
 // encoding. room caps the tokens (-1: none).
-func (s *Stream) leading(jf JumpForwarder, room int) ([]int32, error) {
+func (q *seq) leading(room int) ([]int32, error) {
+	jf := q.jf
 	text := jf.JumpForward()
 	if text == "" {
 		return nil, nil
 	}
-	c := s.o.Codec
+	c := q.o.Codec
 	ids := c.Encode(text)
 	if len(ids) < 2 || c.Decode(ids) != text {
 		return nil, nil
@@ -102,7 +132,7 @@ func (s *Stream) leading(jf JumpForwarder, room int) ([]int32, error) {
 		ids = ids[:room]
 	}
 	for i, t := range ids {
-		if t < 0 || int(t) >= s.vocab || !s.o.Grammar.AcceptToken(int(t)) {
+		if t < 0 || int(t) >= q.vocab || !q.o.Grammar.AcceptToken(int(t)) {
 			if jf.Rollback(i) != nil {
 				return nil, errors.New("generate: the grammar could not undo a jump-forward")
 			}
@@ -123,12 +153,13 @@ func (s *Stream) leading(jf JumpForwarder, room int) ([]int32, error) {
 // Any disagreement (the sampled token does not round-trip through the
 // codec, the encoding does not spell the text, the grammar refuses a
 // token) falls back to ordinary decoding, which is always valid.
-func (s *Stream) forced(jf JumpForwarder, id int32, room int) ([]int32, error) {
+func (q *seq) forced(id int32, room int) ([]int32, error) {
+	jf := q.jf
 	text := jf.JumpForward()
 	if text == "" {
 		return nil, nil
 	}
-	c := s.o.Codec
+	c := q.o.Codec
 	one := []int32{id}
 	pre := c.Decode(one)
 	if !slices.Equal(c.Encode(pre), one) {
@@ -146,11 +177,11 @@ func (s *Stream) forced(jf JumpForwarder, id int32, room int) ([]int32, error) {
 		return nil, nil
 	}
 	for _, t := range ids {
-		if t < 0 || int(t) >= s.vocab {
+		if t < 0 || int(t) >= q.vocab {
 			return nil, nil
 		}
 	}
-	g := s.o.Grammar
+	g := q.o.Grammar
 	if jf.Rollback(1) != nil {
 		return nil, nil
 	}

@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"iter"
 	"runtime"
-	"slices"
 	"time"
 
 	"github.com/mlxgo/mlxgo/kv"
@@ -17,32 +15,31 @@ import (
 
 // Stream is one generation in progress. Iterate Tokens once, then read
 // Stats; Close frees what the stream owns.
+//
+// A Stream drives one sequence (a seq: the per-request state of sampling,
+// grammar, history, stop and statistics) through the model alone: it owns
+// what a batch of sequences would share — the model, the caches' forward
+// passes, the backend and its StepRunner.
 type Stream struct {
 	ctx    context.Context
 	m      Model
-	prompt []int32
-	o      Options
+	q      *seq
+	chunk  int // prompt tokens per prefill forward pass
 	be     tensor.Backend
 	runner StepRunner // the backend's, or nil
 	mem    MemoryInfo
-	smp    *sampler.Sampler
 	caches []kv.Cache
 	owned  bool // the stream made the caches and frees them
 	plan   kv.QuantPlan
-	// maskReady says the grammar mask already holds the next step's
-	// allowed tokens (JumpExact filled it looking for forced ones).
-	maskReady bool
-	quant     bool
-	vocab     int
-	stats     Stats
-	used      bool
-	err       error
-	closed    bool
+	quant  bool
+	used   bool
+	err    error
+	closed bool
 }
 
 // Stats returns the statistics so far; after Tokens' loop ends (however
 // it ends) they are final.
-func (s *Stream) Stats() Stats { return s.stats }
+func (s *Stream) Stats() Stats { return s.q.stats }
 
 // Err is the error that ended the stream, if any (it was also yielded).
 func (s *Stream) Err() error { return s.err }
@@ -65,7 +62,7 @@ func (s *Stream) Close() {
 		return
 	}
 	s.closed = true
-	s.smp.Free()
+	s.q.smp.Free()
 	if s.owned {
 		for _, c := range s.caches {
 			if c != nil {
@@ -74,19 +71,6 @@ func (s *Stream) Close() {
 		}
 	}
 	s.caches = nil
-}
-
-// pending is a dispatched step: the sampler's lazy outputs.
-type pending struct {
-	st *sampler.Step
-}
-
-func (p *pending) free() {
-	if p != nil && p.st != nil {
-		tensor.Eval(p.st.Arrays()...) // let in-flight work finish before its arrays go
-		p.st.Free()
-		p.st = nil
-	}
 }
 
 // Tokens runs the generation, yielding each token with a nil error; a
@@ -102,16 +86,18 @@ func (s *Stream) Tokens() iter.Seq2[Token, error] {
 		s.used = true
 		if err := s.run(yield); err != nil {
 			s.err = err
-			if s.stats.StopReason == "" {
-				s.stats.StopReason = StopError
+			reason := s.q.stats.StopReason
+			if reason == "" {
+				reason = StopError
 			}
+			s.q.finish(reason)
 			if !errors.Is(err, errConsumer) {
 				yield(Token{}, err)
 			}
 		}
 		if s.mem != nil {
 			if p, err := s.mem.PeakMemory(); err == nil {
-				s.stats.PeakMemory = p
+				s.q.stats.PeakMemory = p
 			}
 		}
 	}
@@ -120,248 +106,138 @@ func (s *Stream) Tokens() iter.Seq2[Token, error] {
 // errConsumer marks the end the consumer chose; it is not yielded.
 var errConsumer = errors.New("generate: consumer stopped")
 
-// pipelinable reports whether step n+1 can be built before step n's token
-// is on the host: nothing that needs the token on the host (a grammar, the
-// sampler's history-based penalties) may be on.
-func (s *Stream) pipelinable() bool {
-	return s.o.Grammar == nil && s.smp.HistoryWindow() == 0
-}
-
-// room is how many tokens may still be generated after used ones (-1: no cap).
-func (s *Stream) room(used int) int {
-	if s.o.MaxTokens < 0 {
-		return -1
-	}
-	return s.o.MaxTokens - used
-}
-
-// recent is the tail of h that the sampler's penalties read: passing only
-// that keeps the sampler's per-step work independent of the context length.
-func recent(h []int32, window int) []int32 { return h[max(0, len(h)-window):] }
-
+// run composes the sequence's pieces: prefill, the first step (with the
+// tokens jump-forward forces at the start), then decode steps until the
+// sequence stops. Pipelined, each step's Run dispatches step n+1 on step
+// n's still lazy token before reading step n back; otherwise step n+1 is
+// dispatched once step n's tokens are accepted on the host.
 func (s *Stream) run(yield func(Token, error) bool) (err error) {
 	defer tensor.Recover(&err)
-	start := time.Now()
-	total := len(s.prompt)
-	pos := s.stats.CachedTokens
-	cacheToks := slices.Clone(s.prompt[:pos])
-	defer func() { s.stats.CacheTokens = cacheToks }()
-	snap := s.o.SnapshotAt
-	fired := s.o.OnPrefillDone == nil || snap < pos
-	fire := func() {
-		if !fired && pos == snap {
-			fired = true
-			s.o.OnPrefillDone(s.caches, pos)
-		}
-	}
-	fire()
-	cancelled := func() bool {
-		if s.ctx != nil && s.ctx.Err() != nil {
-			s.stats.StopReason = StopCancelled
-			return true
-		}
-		return false
-	}
-	// Prefill all but the last prompt token, in chunks split at the snapshot.
-	for total-pos > 1 {
-		if cancelled() {
-			return s.ctx.Err()
-		}
-		n := min(s.o.PrefillChunkSize, total-1-pos)
-		if !fired && pos < snap && snap < pos+n {
-			n = snap - pos
-		}
-		ids := s.prompt[pos : pos+n]
-		if err := s.onBackend(func() error { return s.prefillChunk(ids) }); err != nil {
-			return err
-		}
-		cacheToks = append(cacheToks, s.prompt[pos:pos+n]...)
-		pos += n
-		if s.o.OnPrefillProgress != nil {
-			s.o.OnPrefillProgress(pos, total)
-		}
-		fire()
-		runtime.Gosched() // let a server's other goroutines run between chunks
-	}
-	if cancelled() {
-		return s.ctx.Err()
+	q := s.q
+	q.start = time.Now()
+	defer q.freeSteps()
+	q.snapshot(s.caches)
+	if err := s.prefill(); err != nil {
+		return err
 	}
 
-	pipelined := s.pipelinable()
-	s.stats.Pipelined = pipelined
-	window := s.smp.HistoryWindow()
-	history := slices.Clone(recent(s.prompt, window))
-	var mask []int32
-	if s.o.Grammar != nil {
-		mask = make([]int32, (s.vocab+31)/32)
-	}
-	// Step 0: the last prompt token alone — with jump-forward, followed by
-	// the text the grammar forces at the start, unless a snapshot of the
-	// caches is still due after this step.
-	jf := s.jumpForwarder()
-	exact := s.exactJump()
-	var lead []int32
-	if fired && (exact || jf != nil) {
-		room := s.room(1) // leave room for a sampled token
-		if exact {
-			lead, s.maskReady, err = s.forcedRun(mask, room)
-		} else {
-			lead, err = s.leading(jf, room)
-		}
-		if err != nil {
-			return err
-		}
-		s.stats.ForcedTokens += len(lead)
-		history = append(history, lead...)
-	}
-	if g := s.o.Grammar; exact && g.IsTerminated() {
-		// The forced tokens ended the grammar (with a stop token that is
-		// not an EOS token): nothing is left to sample.
-		for _, t := range lead {
-			s.stats.GeneratedTokens++
-			if !yield(Token{ID: t, Index: s.stats.GeneratedTokens - 1, Logprob: s.forcedLogprob(exact), Forced: true}, nil) {
-				s.stats.StopReason = StopConsumer
-				return errConsumer
-			}
-		}
-		s.stats.StopReason = StopGrammar
-		return nil
-	}
-	in := append(slices.Clone(s.prompt[total-1:]), lead...)
-	cur, err := s.dispatch(func() *tensor.Array { return s.hostIDs(in) }, recent(history, window), mask)
+	pipelined := q.pipelinable()
+	q.stats.Pipelined = pipelined
+	in, lead, stop, err := q.firstStep()
 	if err != nil {
 		return err
 	}
-	cacheToks = append(cacheToks, in...)
-	pos = total
-	defer func() { cur.free() }()
-	fire()
-
-	var first time.Time
-	// n counts the tokens yielded so far; a step yields one sampled token
-	// and, with jump-forward, the forced tokens after it.
-	n := 0
-	for _, t := range lead {
-		s.stats.GeneratedTokens++
-		if !yield(Token{ID: t, Index: n, Logprob: s.forcedLogprob(exact), Forced: true}, nil) {
-			s.stats.StopReason = StopConsumer
+	if stop != "" {
+		if !s.deliver(lead, yield) {
 			return errConsumer
 		}
-		n++
+		q.finish(stop)
+		return nil
+	}
+	if q.cur, err = s.dispatch(func() *tensor.Array { return s.hostIDs(in) }); err != nil {
+		return err
+	}
+	q.fed(in...)
+	q.snapshot(s.caches)
+	if !s.deliver(lead, yield) {
+		return errConsumer
 	}
 	for {
-		more := s.o.MaxTokens < 0 || n+1 < s.o.MaxTokens
-		var next *pending
 		var res sampler.Result
-		read := false
 		// One Run (one hand-off on MLX) per pipelined step: dispatch step
 		// n+1 on step n's (still lazy) token, then read step n's back.
 		err := s.onBackend(func() (err error) {
-			if pipelined && more && !cancelled() {
-				prev := cur.st.Tokens
-				next, err = s.dispatch(func() *tensor.Array { return tensor.Reshape(prev, 1, 1) }, nil, nil)
+			if pipelined && q.more() && !s.cancelled() {
+				prev := q.cur.st.Tokens
+				q.ahead, err = s.dispatch(func() *tensor.Array { return tensor.Reshape(prev, 1, 1) })
 				if err != nil {
 					return err
 				}
 			}
-			read = true
-			res = cur.st.Results()[0] // blocks; frees the step's arrays
+			res = q.read() // blocks; frees the step's arrays
 			return nil
 		})
-		if read {
-			cur.st = nil // Results freed it, even on failure
-		}
 		if err != nil {
-			next.free()
 			return err
 		}
-		cur = next
-		now := time.Now()
-		if first.IsZero() {
-			first = now
-			s.stats.PrefillMs = msSince(start, now)
-			if s.stats.PrefillMs > 0 {
-				s.stats.PrefillTPS = float64(s.stats.PrefillTokens) / (s.stats.PrefillMs / 1000)
-			}
-		} else {
-			s.stats.DecodeMs = msSince(first, now)
-			s.stats.DecodeTPS = float64(n-len(lead)) / (s.stats.DecodeMs / 1000) // tokens after the first sampled one
+		q.noteRead(time.Now())
+		if q.cur != nil {
+			q.fed(int32(res.Token)) // the step dispatched ahead wrote its KV
 		}
-		id := int32(res.Token)
-		if next != nil {
-			cacheToks = append(cacheToks, id) // step n+1 wrote its KV
+		toks, stop, err := q.accept(res)
+		if err != nil {
+			return err
 		}
-		if g := s.o.Grammar; g != nil {
-			if !g.AcceptToken(res.Token) {
-				return fmt.Errorf("generate: the grammar rejected token %d, which its mask allowed", id)
-			}
-		}
-		if slices.Contains(s.o.EOS, id) {
-			s.stats.StopReason = StopEOS
-			return nil
-		}
-		step := []int32{id}
-		if exact {
-			f, ready, err := s.forcedRun(mask, s.room(n+1))
-			if err != nil {
-				return err
-			}
-			s.maskReady = ready
-			step = append(step, f...)
-			s.stats.ForcedTokens += len(f)
-		}
-		if jf != nil {
-			f, err := s.forced(jf, id, s.room(n))
-			if err != nil {
-				return err
-			}
-			if f != nil {
-				step = f
-				s.stats.ForcedTokens += len(f) - 1
-			}
-		}
-		for i, t := range step {
-			tok := Token{ID: t, Index: n, Logprob: res.Logprob, Top: res.Top}
-			if i > 0 || t != id {
-				tok.Logprob, tok.Top, tok.Forced = s.forcedLogprob(exact), nil, true
-			}
-			n++
-			s.stats.GeneratedTokens++
-			if !yield(tok, nil) {
-				s.stats.StopReason = StopConsumer
+		if stop == "" { // not EOS: deliver the step's tokens, then see whether they end it
+			if !s.deliver(toks, yield) {
 				return errConsumer
 			}
+			stop = q.done()
 		}
-		if g := s.o.Grammar; g != nil && g.IsTerminated() {
-			s.stats.StopReason = StopGrammar
+		if stop != "" {
+			q.finish(stop)
 			return nil
 		}
-		if s.o.MaxTokens >= 0 && n >= s.o.MaxTokens {
-			s.stats.StopReason = StopLength
-			return nil
-		}
-		if cancelled() {
+		if s.cancelled() {
 			return s.ctx.Err()
 		}
 		if !pipelined {
-			history = recent(append(history, step...), window)
-			cur, err = s.dispatch(func() *tensor.Array { return s.hostIDs(step) }, history, mask)
-			if err != nil {
+			in := q.next
+			if q.cur, err = s.dispatch(func() *tensor.Array { return s.hostIDs(in) }); err != nil {
 				return err
 			}
-			cacheToks = append(cacheToks, step...)
+			q.fed(in...)
 		}
-		if cur == nil {
+		if q.cur == nil {
 			return errors.New("generate: internal error: no step in flight")
 		}
-		if s.stats.DecodeSteps%256 == 255 && s.mem != nil {
+		if q.stats.DecodeSteps%256 == 255 && s.mem != nil {
 			_ = s.mem.ClearCache()
 		}
 	}
 }
 
-// jumpForwarder returns the grammar's JumpForwarder when canonical
-func msSince(a, b time.Time) float64 { return float64(b.Sub(a).Nanoseconds()) / 1e6 }
+// prefill runs the prompt but its last token through the model, in the
+// chunks the sequence asks for, each inside one Run.
+func (s *Stream) prefill() error {
+	for {
+		if s.cancelled() {
+			return s.ctx.Err()
+		}
+		ids := s.q.nextChunk(s.chunk)
+		if ids == nil {
+			return nil
+		}
+		if err := s.onBackend(func() error { return s.prefillChunk(ids) }); err != nil {
+			return err
+		}
+		s.q.prefilled(ids, s.caches)
+		runtime.Gosched() // let a server's other goroutines run between chunks
+	}
+}
+
+// cancelled reports whether the context was cancelled, recording it as
+// the stop reason (which a stop found on the step in flight replaces).
+func (s *Stream) cancelled() bool {
+	if s.ctx != nil && s.ctx.Err() != nil {
+		s.q.stats.StopReason = StopCancelled
+		return true
+	}
+	return false
+}
+
+// deliver yields toks, counting them as generated; false when the
+// consumer left the loop (the stop reason is then StopConsumer).
+func (s *Stream) deliver(toks []Token, yield func(Token, error) bool) bool {
+	for _, t := range toks {
+		s.q.stats.GeneratedTokens++
+		if !yield(t, nil) {
+			s.q.finish(StopConsumer)
+			return false
+		}
+	}
+	return true
+}
 
 // hostIDs makes a [1, n] int32 array of ids.
 func (s *Stream) hostIDs(ids []int32) *tensor.Array {
@@ -414,50 +290,32 @@ func (s *Stream) onBackend(f func() error) (err error) {
 }
 
 // dispatch runs the array input makes (consumed: freed here) through the
-// model, samples the last position and starts computing it (AsyncEval).
-// input runs inside the step's Run, so making it costs no hand-off of its
-// own. With a grammar, the mask is filled while the forward pass is in
-// flight, outside Run: it is host work that other users of the backend
-// need not wait behind.
-func (s *Stream) dispatch(input func() *tensor.Array, history []int32, mask []int32) (p *pending, err error) {
+// model, samples the sequence's row of logits and starts computing it
+// (AsyncEval). input runs inside the step's Run, so making it costs no
+// hand-off of its own. With a grammar, the mask is filled while the
+// forward pass is in flight, outside Run: it is host work that other
+// users of the backend need not wait behind.
+func (s *Stream) dispatch(input func() *tensor.Array) (p *pending, err error) {
 	defer tensor.Recover(&err)
 	sc := tensor.NewScope()
 	defer sc.Close()
-	s.stats.DecodeSteps++
+	q := s.q
+	q.stats.DecodeSteps++
 	var logits *tensor.Array
-	forward := func() error {
-		in := input()
-		h, err := s.m.Forward(in, s.caches)
-		in.Free()
-		if err != nil {
+	forward := func() (err error) {
+		if logits, err = s.lastLogits(input()); err != nil {
 			return err
 		}
-		if t := h.Dim(1); t > 1 {
-			h = tensor.SliceAxis(h, 1, t-1, t)
-		}
-		if logits, err = s.m.Logits(h); err != nil {
-			return err
-		}
-		logits = tensor.Reshape(logits, 1, logits.Dim(-1))
-		if err := s.quantize(); err != nil {
-			return err
-		}
-		if mask != nil {
+		if q.mask != nil {
 			tensor.AsyncEval(logits)
 		}
 		return nil
 	}
-	sample := func() error {
-		st, err := s.smp.Step(logits, history, mask)
-		if err != nil {
-			return err
-		}
-		tensor.Detach(st.Arrays()...) // the step outlives this scope; pending.free or Results frees it
-		tensor.AsyncEval(st.Arrays()...)
-		p = &pending{st: st}
-		return nil
+	sample := func() (err error) {
+		p, err = q.sample(logits)
+		return err
 	}
-	if mask == nil {
+	if q.mask == nil {
 		err = s.onBackend(func() error {
 			if err := forward(); err != nil {
 				return err
@@ -472,14 +330,34 @@ func (s *Stream) dispatch(input func() *tensor.Array, history []int32, mask []in
 	if err := s.onBackend(forward); err != nil {
 		return nil, err
 	}
-	if !s.maskReady {
-		if err := s.o.Grammar.FillNextTokenBitmask(mask); err != nil {
-			return nil, fmt.Errorf("generate: grammar mask: %w", err)
-		}
+	if err := q.fillMask(); err != nil {
+		return nil, err
 	}
-	s.maskReady = false
 	if err := s.onBackend(sample); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// lastLogits runs in (consumed: freed here) through the model and returns
+// the logits of its last position, [1, V], after converting caches that
+// reached the quantization start.
+func (s *Stream) lastLogits(in *tensor.Array) (*tensor.Array, error) {
+	h, err := s.m.Forward(in, s.caches)
+	in.Free()
+	if err != nil {
+		return nil, err
+	}
+	if t := h.Dim(1); t > 1 {
+		h = tensor.SliceAxis(h, 1, t-1, t)
+	}
+	logits, err := s.m.Logits(h)
+	if err != nil {
+		return nil, err
+	}
+	logits = tensor.Reshape(logits, 1, logits.Dim(-1))
+	if err := s.quantize(); err != nil {
+		return nil, err
+	}
+	return logits, nil
 }

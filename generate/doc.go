@@ -41,7 +41,7 @@
 //
 // Arrays: everything the loop makes is freed by the loop, whatever way the
 // iteration ends (tensortest.NoLeaks holds). Scopes in package tensor are
-// process-wide, so a Stream must be iterated by one goroutine at a time
-// while no other goroutine uses tensor scopes: the engine goroutine that
-// owns the model.
+// per goroutine: the loop opens and closes its scopes on the goroutine
+// iterating the Stream, and they adopt none of the arrays other goroutines
+// make meanwhile.
 package generate

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/mlxgo/mlxgo/tensor"
 )
 
 // The MLX thread. MLX keeps its default device and stream, and the compile
@@ -21,6 +23,11 @@ import (
 // again: it runs inline, with no hand-off. That is what makes
 // Backend.Run pay off: a whole decode step handed over once runs its
 // hundreds of tensor ops inline instead of one hand-off each.
+//
+// Tensor scopes belong to goroutines (see tensor.Scope), and the arrays
+// of every Backend method are made on the worker, so the worker runs each
+// closure under tensor.RunAs for the goroutine that handed it over: arrays
+// made there, and scopes opened there, are that goroutine's.
 
 type worker struct {
 	mu       sync.Mutex
@@ -102,8 +109,12 @@ func Do(f func()) {
 		f()
 		return
 	}
+	// The worker makes the arrays of f (tensor.NewArray runs there), so it
+	// acts for the caller's scopes while f runs: they adopt those arrays
+	// as if the caller had made them.
+	owner := tensor.CurrentScopeOwner()
 	w.mu.Lock()
-	w.req <- f
+	w.req <- func() { tensor.RunAs(owner, f) }
 	p := <-w.done
 	w.mu.Unlock()
 	if p != nil {

@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sync"
 	"sync/atomic"
 )
 
 // Array is an n-dimensional array on a Backend. Its shape and dtype are
 // known when it is made, also on lazy backends. An Array is owned by whoever
-// made it (or the Scope it was made in) and must be freed once; using an
-// array after Free panics with ErrFreed.
+// made it (or the Scope it was made in, see Scope for which) and must be
+// freed once; using an array after Free panics with ErrFreed.
 //
 // Arrays are not safe for concurrent mutation (SetSlice, Free); concurrent
 // reads of distinct arrays are fine on the CPU backend.
@@ -36,11 +35,14 @@ var (
 func LiveArrays() int64 { return liveArrays.Load() }
 
 // NewArray wraps a backend's storage handle as an Array. It is for backend
-// implementations; it registers the array with the innermost open Scope.
+// implementations; it registers the array with the innermost open Scope
+// of the calling goroutine (or of the goroutine it acts for under RunAs),
+// so a backend calls it on the goroutine its caller's op runs on, never on
+// a worker goroutine of its own outside RunAs.
 func NewArray(be Backend, impl any, shape []int, dt DType) *Array {
 	a := &Array{be: be, impl: impl, shape: slices.Clone(shape), dtype: dt, id: nextID.Add(1)}
 	liveArrays.Add(1)
-	scopes.track(a)
+	track(a)
 	return a
 }
 
@@ -97,7 +99,7 @@ func (a *Array) Free() {
 		return
 	}
 	if a.scope != nil {
-		a.scope.forget(a)
+		forget(a)
 	}
 	a.be.Free(a)
 	a.freed = true
@@ -119,155 +121,6 @@ func Free(arrs ...*Array) {
 	for _, a := range arrs {
 		a.Free()
 	}
-}
-
-// ---- scopes ----
-
-// Scope frees every array made while it is the innermost open scope, except
-// those kept. Scopes nest LIFO and belong to one goroutine at a time (the
-// engine goroutine that owns a model); arrays made by other goroutines
-// while a scope is open are tracked by it too, so concurrent users should
-// free explicitly instead.
-//
-//	s := tensor.NewScope()
-//	defer s.Close()
-//	y := tensor.Add(x, tensor.Exp(x)) // the temporary Exp is freed by Close
-//	s.Keep(y)                          // y moves to the enclosing scope
-type Scope struct {
-	arrays map[*Array]struct{}
-	parent *Scope
-	closed bool
-}
-
-type scopeStack struct {
-	mu  sync.Mutex
-	top *Scope
-}
-
-var scopes scopeStack
-
-func (st *scopeStack) track(a *Array) {
-	st.mu.Lock()
-	if st.top != nil {
-		st.top.arrays[a] = struct{}{}
-		a.scope = st.top
-	}
-	st.mu.Unlock()
-}
-
-// NewScope opens a scope nested in the current one.
-func NewScope() *Scope {
-	scopes.mu.Lock()
-	defer scopes.mu.Unlock()
-	s := &Scope{arrays: map[*Array]struct{}{}, parent: scopes.top}
-	scopes.top = s
-	return s
-}
-
-func (s *Scope) forget(a *Array) {
-	scopes.mu.Lock()
-	delete(s.arrays, a)
-	a.scope = nil
-	scopes.mu.Unlock()
-}
-
-// Keep moves arrays out of s into its parent scope (or leaves them
-// untracked, owned by the caller, when s is outermost). It returns its
-// first argument for convenience.
-func (s *Scope) Keep(arrs ...*Array) *Array {
-	scopes.mu.Lock()
-	defer scopes.mu.Unlock()
-	for _, a := range arrs {
-		if a == nil || a.scope != s {
-			continue
-		}
-		delete(s.arrays, a)
-		a.scope = nil
-		if s.parent != nil && !s.parent.closed {
-			s.parent.arrays[a] = struct{}{}
-			a.scope = s.parent
-		}
-	}
-	if len(arrs) == 0 {
-		return nil
-	}
-	return arrs[0]
-}
-
-// Close frees every array still in the scope and pops it. Scopes opened
-// inside it and left open are closed first (their arrays freed too).
-// Closing twice is a no-op.
-func (s *Scope) Close() {
-	for {
-		scopes.mu.Lock()
-		top := scopes.top
-		inStack := false
-		for t := top; t != nil; t = t.parent {
-			if t == s {
-				inStack = true
-				break
-			}
-		}
-		scopes.mu.Unlock()
-		if !inStack || top == s {
-			break
-		}
-		top.Close()
-	}
-	scopes.mu.Lock()
-	if s.closed {
-		scopes.mu.Unlock()
-		return
-	}
-	if scopes.top == s {
-		scopes.top = s.parent
-	}
-	s.closed = true
-	arrs := make([]*Array, 0, len(s.arrays))
-	for a := range s.arrays {
-		a.scope = nil
-		arrs = append(arrs, a)
-	}
-	s.arrays = nil
-	scopes.mu.Unlock()
-	for _, a := range arrs {
-		a.Free()
-	}
-}
-
-// Detach takes arrays out of whatever scope tracks them, so that closing
-// it leaves them alive: long-lived state made during a step (a KV cache's
-// buffers, made inside the step's scope) belongs to its owner, which frees
-// it explicitly. Untracked and nil arrays are ignored.
-func Detach(arrs ...*Array) {
-	for _, a := range arrs {
-		if a == nil {
-			continue
-		}
-		scopes.mu.Lock()
-		if s := a.scope; s != nil {
-			delete(s.arrays, a)
-			a.scope = nil
-		}
-		scopes.mu.Unlock()
-	}
-}
-
-// Len is the number of arrays the scope would free now.
-func (s *Scope) Len() int {
-	scopes.mu.Lock()
-	defer scopes.mu.Unlock()
-	return len(s.arrays)
-}
-
-// WithScope runs f in a new scope and frees everything f made except the
-// arrays it returns, which are kept (moved to the enclosing scope).
-func WithScope(f func() []*Array) []*Array {
-	s := NewScope()
-	defer s.Close()
-	out := f()
-	s.Keep(out...)
-	return out
 }
 
 // ---- evaluation and host access ----

@@ -14,8 +14,12 @@
 //
 // Memory is owned explicitly: the GC never frees device memory. Every array
 // is freed by its owner, either directly with Free or by a Scope that frees
-// everything made inside it except what is kept. LiveArrays counts arrays
-// not yet freed, so tests can assert that nothing leaks.
+// everything made inside it except what is kept. Scopes are per goroutine:
+// an array goes to the innermost open scope of the goroutine that made it
+// (none, if that goroutine has no scope open), so goroutines running tensor
+// work side by side do not free each other's arrays; a scope is closed on
+// the goroutine that opened it. LiveArrays counts arrays not yet freed, so
+// tests can assert that nothing leaks.
 //
 // Lazy backends compute on Eval/AsyncEval; eager ones compute immediately
 // and treat both as no-ops, so one generation loop serves both.

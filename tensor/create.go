@@ -39,6 +39,12 @@ func FromBytesOn(be Backend, raw []byte, shape []int, dt DType, noCopy bool) *Ar
 // FromFloat32 makes an array from float32 values stored as dt (a float type,
 // rounded to nearest even) on the default backend. A nil shape means 1-D.
 func FromFloat32(data []float32, shape []int, dt DType) *Array {
+	return FromFloat32On(Default(), data, shape, dt)
+}
+
+// FromFloat32On is FromFloat32 on a given backend: host values for a model
+// or sampler that lives on a backend other than the default one.
+func FromFloat32On(be Backend, data []float32, shape []int, dt DType) *Array {
 	if shape == nil {
 		shape = []int{len(data)}
 	}
@@ -63,11 +69,11 @@ func FromFloat32(data []float32, shape []int, dt DType) *Array {
 			binary.LittleEndian.PutUint16(raw[2*i:], F32ToF16(v))
 		}
 	default:
-		f := FromFloat32(data, shape, Float32)
+		f := FromFloat32On(be, data, shape, Float32)
 		defer f.Free()
 		return AsType(f, dt)
 	}
-	return FromBytes(raw, shape, dt)
+	return FromBytesOn(be, raw, shape, dt, false)
 }
 
 // FromFloat64 is FromFloat32 for float64 input (values are rounded to float32 first).
@@ -79,8 +85,13 @@ func FromFloat64(data []float64, shape []int, dt DType) *Array {
 	return FromFloat32(f, shape, dt)
 }
 
-// FromInt32 makes an int32 array. A nil shape means 1-D.
-func FromInt32(data []int32, shape []int) *Array {
+// FromInt32 makes an int32 array on the default backend. A nil shape means 1-D.
+func FromInt32(data []int32, shape []int) *Array { return FromInt32On(Default(), data, shape) }
+
+// FromInt32On is FromInt32 on a given backend: token ids, positions and
+// gather indices for a model or sampler on a backend other than the
+// default one.
+func FromInt32On(be Backend, data []int32, shape []int) *Array {
 	if shape == nil {
 		shape = []int{len(data)}
 	}
@@ -91,7 +102,7 @@ func FromInt32(data []int32, shape []int) *Array {
 	for i, v := range data {
 		binary.LittleEndian.PutUint32(raw[4*i:], uint32(v))
 	}
-	return FromBytes(raw, shape, Int32)
+	return FromBytesOn(be, raw, shape, Int32, false)
 }
 
 // FromInts makes an array of integer dtype dt (or a float type) from ints.

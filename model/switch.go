@@ -236,9 +236,5 @@ func int32s(be tensor.Backend, v []int32, shape ...int) *tensor.Array {
 	if len(shape) == 0 {
 		shape = []int{len(v)}
 	}
-	raw := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(raw[4*i:], uint32(x))
-	}
-	return tensor.FromBytesOn(be, raw, shape, tensor.Int32, false)
+	return tensor.FromInt32On(be, v, shape)
 }

@@ -86,7 +86,7 @@ func NewOn(be tensor.Backend, p Params, vocab int) (s *Sampler, err error) {
 		for id, v := range p.LogitBias {
 			dense[id] += float32(v)
 		}
-		s.bias = fromF32(be, dense, []int{vocab})
+		s.bias = tensor.FromFloat32On(be, dense, []int{vocab}, tensor.Float32)
 	}
 	if p.XTCProbability > 0 && len(p.XTCSpecialTokens) > 0 {
 		raw := make([]byte, vocab)
@@ -312,7 +312,7 @@ func (s *Sampler) applyMask(x *tensor.Array, mask []int32) *tensor.Array {
 	}
 	w := (s.vocab + 31) / 32
 	rows := len(mask) / w
-	words := tensor.FromBytesOn(be, int32Bytes(mask), []int{rows, w}, tensor.Int32, false)
+	words := tensor.FromInt32On(be, mask, []int{rows, w})
 	sel := tensor.Take(words, s.maskWord, 1) // [rows, V]
 	bit := tensor.BitwiseAnd(tensor.RightShift(sel, s.maskBit), scalarI32(be, 1))
 	allowed := tensor.NotEqual(bit, scalarI32(be, 0))
@@ -353,7 +353,7 @@ func (s *Sampler) process(x *tensor.Array, history []int32) *tensor.Array {
 		}
 		idx := s.indexRows(ids, x.Dim(0))
 		sel := tensor.TakeAlongAxis(x, idx, -1)
-		x = tensor.PutAlongAxis(x, idx, tensor.Sub(sel, fromF32(s.be, counts, []int{1, len(ids)})), -1)
+		x = tensor.PutAlongAxis(x, idx, tensor.Sub(sel, tensor.FromFloat32On(s.be, counts, []int{1, len(ids)}, tensor.Float32)), -1)
 	}
 	return x
 }
@@ -403,7 +403,7 @@ func (s *Sampler) filter(lp *tensor.Array, xtcKey *tensor.Array) *tensor.Array {
 
 // indexRows makes an int32 [rows, n] index array repeating ids on each row.
 func (s *Sampler) indexRows(ids []int32, rows int) *tensor.Array {
-	a := tensor.FromBytesOn(s.be, int32Bytes(ids), []int{1, len(ids)}, tensor.Int32, false)
+	a := tensor.FromInt32On(s.be, ids, []int{1, len(ids)})
 	if rows == 1 {
 		return a
 	}
@@ -426,22 +426,6 @@ func unique(ids []int32) []int32 {
 		}
 	}
 	return out
-}
-
-func int32Bytes(v []int32) []byte {
-	raw := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(raw[4*i:], uint32(x))
-	}
-	return raw
-}
-
-func fromF32(be tensor.Backend, v []float32, shape []int) *tensor.Array {
-	raw := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(x))
-	}
-	return tensor.FromBytesOn(be, raw, shape, tensor.Float32, false)
 }
 
 func scalarF32(be tensor.Backend, v float64) *tensor.Array {

@@ -144,8 +144,12 @@ func FromInts(data []int, shape []int, dt DType) *Array {
 	return FromBytes(raw, shape, dt)
 }
 
-// FromUint32 makes a uint32 array. A nil shape means 1-D.
-func FromUint32(data []uint32, shape []int) *Array {
+// FromUint32 makes a uint32 array on the default backend. A nil shape means 1-D.
+func FromUint32(data []uint32, shape []int) *Array { return FromUint32On(Default(), data, shape) }
+
+// FromUint32On is FromUint32 on a given backend: packed quantized codes
+// computed on the host for a model on any backend.
+func FromUint32On(be Backend, data []uint32, shape []int) *Array {
 	if shape == nil {
 		shape = []int{len(data)}
 	}
@@ -156,7 +160,7 @@ func FromUint32(data []uint32, shape []int) *Array {
 	for i, v := range data {
 		binary.LittleEndian.PutUint32(raw[4*i:], v)
 	}
-	return FromBytes(raw, shape, Uint32)
+	return FromBytesOn(be, raw, shape, Uint32, false)
 }
 
 // FromBools makes a bool array. A nil shape means 1-D.

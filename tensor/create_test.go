@@ -73,3 +73,23 @@ func TestFromFloat32On(t *testing.T) {
 		t.Fatalf("6 values for shape [2 2]: %v, want ErrShape", err)
 	}
 }
+
+func TestFromUint32On(t *testing.T) {
+	defer tensortest.NoLeaks(t)()
+	other := &countingBackend{Backend: cpu.Default}
+	data := []uint32{0, 1, 1<<32 - 1, 0x89abcdef}
+	a := tensor.FromUint32On(other, data, []int{2, 2})
+	defer a.Free()
+	if other.fromBytes != 1 || a.DType() != tensor.Uint32 || !slices.Equal(a.Shape(), []int{2, 2}) {
+		t.Fatalf("got %v after %d FromBytes on the backend, want uint32[2 2] after 1", a, other.fromBytes)
+	}
+	got := a.Int64s()
+	for i, v := range data {
+		if got[i] != int64(v) {
+			t.Fatalf("values %v, want %v", got, data)
+		}
+	}
+	if err := tensor.Try(func() { tensor.FromUint32On(other, data, []int{3}) }); !errors.Is(err, tensor.ErrShape) {
+		t.Fatalf("4 values for shape [3]: %v, want ErrShape", err)
+	}
+}

@@ -2,7 +2,6 @@ package generate
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"iter"
 	"runtime"
@@ -241,11 +240,7 @@ func (s *Stream) deliver(toks []Token, yield func(Token, error) bool) bool {
 
 // hostIDs makes a [1, n] int32 array of ids.
 func (s *Stream) hostIDs(ids []int32) *tensor.Array {
-	raw := make([]byte, 4*len(ids))
-	for i, v := range ids {
-		binary.LittleEndian.PutUint32(raw[4*i:], uint32(v))
-	}
-	return tensor.FromBytesOn(s.be, raw, []int{1, len(ids)}, tensor.Int32, false)
+	return tensor.FromInt32On(s.be, ids, []int{1, len(ids)})
 }
 
 // quantize converts caches that reached the quantization start.

@@ -70,8 +70,8 @@ func blocks(raw json.RawMessage, param string) ([]anthropicBlock, error) {
 
 // anthropicMessages converts Anthropic messages (and system) to the
 // OpenAI-style messages chat templates read.
-func anthropicMessages(system, raw json.RawMessage) ([]map[string]any, error) {
-	var out []map[string]any
+func anthropicMessages(system, raw json.RawMessage) ([]templateMessage, error) {
+	var out []templateMessage
 	if !absent(system) {
 		bs, err := blocks(system, "system")
 		if err != nil {
@@ -81,7 +81,7 @@ func anthropicMessages(system, raw json.RawMessage) ([]map[string]any, error) {
 		for _, bl := range bs {
 			b.WriteString(bl.Text)
 		}
-		out = append(out, map[string]any{"role": "system", "content": b.String()})
+		out = append(out, templateMessage{"role": "system", "content": b.String()})
 	}
 	if absent(raw) {
 		return nil, badRequest("messages", "messages is required")
@@ -131,13 +131,13 @@ func anthropicMessages(system, raw json.RawMessage) ([]map[string]any, error) {
 						res += r.Text
 					}
 				}
-				out = append(out, map[string]any{"role": "tool", "tool_call_id": b.ToolUseID, "content": res})
+				out = append(out, templateMessage{"role": "tool", "tool_call_id": b.ToolUseID, "content": res})
 			default:
 				return nil, badRequest(fmt.Sprintf("%s.content[%d].type", param, k), "content blocks of type %q are unsupported", b.Type)
 			}
 		}
 		if text.Len() > 0 || len(calls) > 0 || thinking.Len() > 0 || m.Role == "assistant" {
-			msg := map[string]any{"role": m.Role, "content": text.String()}
+			msg := templateMessage{"role": m.Role, "content": text.String()}
 			if len(calls) > 0 {
 				msg["tool_calls"] = calls
 			}

@@ -88,16 +88,9 @@ func (s *Server) constraint(responseFormat, structured json.RawMessage) (generat
 
 var compactJSON = grammar.JSONOptions{Whitespace: grammar.Compact}
 
-// parseResponseFormat reads OpenAI's response_format.
+// parseResponseFormat decodes a responseFormat.
 func parseResponseFormat(raw json.RawMessage) (func(*grammar.Compiler) (*grammar.CompiledGrammar, error), error) {
-	var rf struct {
-		Type       string `json:"type"`
-		JSONSchema *struct {
-			Name   string          `json:"name"`
-			Schema json.RawMessage `json:"schema"`
-			Strict *bool           `json:"strict"`
-		} `json:"json_schema"`
-	}
+	var rf responseFormat
 	if err := json.Unmarshal(raw, &rf); err != nil {
 		return nil, badRequest("response_format", "response_format must be {type: text | json_object | json_schema}")
 	}
@@ -118,16 +111,10 @@ func parseResponseFormat(raw json.RawMessage) (func(*grammar.Compiler) (*grammar
 	return nil, badRequest("response_format.type", "unsupported response_format type %q (want text, json_object or json_schema)", rf.Type)
 }
 
-// parseStructuredOutputs reads the vLLM-style extra: exactly one of json
-// (a schema object, or a string holding one), regex, choice (strings) and
-// grammar (GBNF/EBNF text).
+// parseStructuredOutputs decodes a structuredOutputs and checks that it
+// sets exactly one member.
 func parseStructuredOutputs(raw json.RawMessage) (func(*grammar.Compiler) (*grammar.CompiledGrammar, error), error) {
-	var so struct {
-		JSON    json.RawMessage `json:"json"`
-		Regex   *string         `json:"regex"`
-		Choice  []string        `json:"choice"`
-		Grammar *string         `json:"grammar"`
-	}
+	var so structuredOutputs
 	if err := json.Unmarshal(raw, &so); err != nil {
 		return nil, badRequest("structured_outputs", "structured_outputs must be an object with one of json, regex, choice, grammar")
 	}

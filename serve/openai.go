@@ -14,63 +14,43 @@ import (
 	"github.com/mlxgo/mlxgo/sampler"
 )
 
-// chatRequest is POST /v1/chat/completions' body.
-type chatRequest struct {
-	samplingFields
-	Messages           json.RawMessage `json:"messages"`
-	Logprobs           *bool           `json:"logprobs"`
-	Tools              json.RawMessage `json:"tools"`
-	ToolChoice         json.RawMessage `json:"tool_choice"`
-	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
-}
-
-// completionRequest is POST /v1/completions' body.
-type completionRequest struct {
-	samplingFields
-	Prompt   json.RawMessage `json:"prompt"`
-	Logprobs *int            `json:"logprobs"`
-	Echo     *bool           `json:"echo"`
-}
-
 var chatRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true}
 
-// contentText flattens a message content (a string, null, or a list of
-// text parts) to text.
+// contentText flattens a message's content (a messageContent) to text.
 func contentText(raw json.RawMessage, param string) (string, error) {
 	if absent(raw) {
 		return "", nil
 	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s, nil
-	}
-	var parts []map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &parts); err != nil {
+	var c messageContent
+	if err := json.Unmarshal(raw, &c); err != nil {
 		return "", badRequest(param, "%s must be a string or a list of content parts", param)
 	}
+	if c.Parts == nil {
+		return c.Text, nil
+	}
 	var b strings.Builder
-	for i, p := range parts {
-		var typ string
-		_ = json.Unmarshal(p["type"], &typ)
-		switch typ {
+	for i, p := range c.Parts {
+		switch p.Type {
 		case "text", "input_text":
-			var t string
-			if err := json.Unmarshal(p["text"], &t); err != nil {
+			if p.Text == nil {
 				return "", badRequest(fmt.Sprintf("%s[%d].text", param, i), "a text part needs a string text")
 			}
-			b.WriteString(t)
+			b.WriteString(*p.Text)
 		case "":
 			return "", badRequest(fmt.Sprintf("%s[%d].type", param, i), "a content part needs a type")
 		default:
-			return "", badRequest(fmt.Sprintf("%s[%d].type", param, i), "content parts of type %q are unsupported (this server reads text only)", typ)
+			return "", badRequest(fmt.Sprintf("%s[%d].type", param, i), "content parts of type %q are unsupported (this server reads text only)", p.Type)
 		}
 	}
 	return b.String(), nil
 }
 
 // chatMessages validates OpenAI messages and turns them into what chat
-// templates expect: text content, tool-call arguments as objects.
-func chatMessages(raw json.RawMessage) ([]map[string]any, error) {
+// templates expect: text content, tool-call arguments as objects. Each
+// message is decoded member by member, because the members other than
+// role, content and tool_calls pass to the template unread; every message
+// must be an object before any is checked.
+func chatMessages(raw json.RawMessage) ([]templateMessage, error) {
 	if absent(raw) {
 		return nil, badRequest("messages", "messages is required")
 	}
@@ -81,7 +61,7 @@ func chatMessages(raw json.RawMessage) ([]map[string]any, error) {
 	if len(msgs) == 0 {
 		return nil, badRequest("messages", "messages must not be empty")
 	}
-	out := make([]map[string]any, 0, len(msgs))
+	out := make([]templateMessage, 0, len(msgs))
 	for i, m := range msgs {
 		param := fmt.Sprintf("messages[%d]", i)
 		if m == nil {
@@ -101,7 +81,7 @@ func chatMessages(raw json.RawMessage) ([]map[string]any, error) {
 		if err != nil {
 			return nil, err
 		}
-		msg := map[string]any{"role": role, "content": text}
+		msg := templateMessage{"role": role, "content": text}
 		for k, v := range m {
 			switch k {
 			case "role", "content":
@@ -122,24 +102,18 @@ func chatMessages(raw json.RawMessage) ([]map[string]any, error) {
 	return out, nil
 }
 
-// templateToolCalls decodes an assistant message's tool_calls, turning
-// each function.arguments JSON string into the object templates print.
-func templateToolCalls(raw json.RawMessage, param string) ([]any, error) {
+// templateToolCalls decodes an assistant message's tool_calls (a list of
+// chatToolCall), turning each function.arguments JSON string into the
+// object templates print; null is none, [] stays an empty list.
+func templateToolCalls(raw json.RawMessage, param string) ([]templateToolCall, error) {
 	if string(raw) == "null" {
 		return nil, nil
 	}
-	var calls []struct {
-		ID       string `json:"id"`
-		Type     string `json:"type"`
-		Function struct {
-			Name      string          `json:"name"`
-			Arguments json.RawMessage `json:"arguments"`
-		} `json:"function"`
-	}
+	var calls []chatToolCall
 	if err := json.Unmarshal(raw, &calls); err != nil {
 		return nil, badRequest(param, "tool_calls must be a list of {id, type, function: {name, arguments}}")
 	}
-	out := make([]any, len(calls))
+	out := make([]templateToolCall, len(calls))
 	for i, c := range calls {
 		if c.Function.Name == "" {
 			return nil, badRequest(fmt.Sprintf("%s[%d].function.name", param, i), "a tool call needs a function name")
@@ -162,7 +136,7 @@ func templateToolCalls(raw json.RawMessage, param string) ([]any, error) {
 		if typ == "" {
 			typ = "function"
 		}
-		out[i] = map[string]any{"id": c.ID, "type": typ, "function": map[string]any{"name": c.Function.Name, "arguments": args}}
+		out[i] = templateToolCall{ID: c.ID, Type: typ, Function: templateFunction{Name: c.Function.Name, Arguments: args}}
 	}
 	return out, nil
 }
@@ -196,30 +170,25 @@ func chatTools(raw, choice json.RawMessage) ([]json.RawMessage, error) {
 	if absent(choice) {
 		return tools, nil
 	}
-	var mode string
-	if json.Unmarshal(choice, &mode) == nil {
-		switch mode {
-		case "none":
-			return nil, nil
-		case "auto", "required":
-			return tools, nil
+	const choiceShape = "tool_choice must be none, auto, required or {type: function, function: {name}}"
+	var tc toolChoice
+	if err := json.Unmarshal(choice, &tc); err != nil {
+		return nil, badRequest("tool_choice", choiceShape)
+	}
+	switch {
+	case tc.Function != "":
+		for i, n := range names {
+			if n == tc.Function {
+				return tools[i : i+1], nil
+			}
 		}
-		return nil, badRequest("tool_choice", "tool_choice must be none, auto, required or {type: function, function: {name}}")
+		return nil, badRequest("tool_choice", "tool_choice names %q, which is not among the tools", tc.Function)
+	case tc.Mode == "none":
+		return nil, nil
+	case tc.Mode == "auto" || tc.Mode == "required":
+		return tools, nil
 	}
-	var named struct {
-		Function struct {
-			Name string `json:"name"`
-		} `json:"function"`
-	}
-	if err := json.Unmarshal(choice, &named); err != nil || named.Function.Name == "" {
-		return nil, badRequest("tool_choice", "tool_choice must be none, auto, required or {type: function, function: {name}}")
-	}
-	for i, n := range names {
-		if n == named.Function.Name {
-			return tools[i : i+1], nil
-		}
-	}
-	return nil, badRequest("tool_choice", "tool_choice names %q, which is not among the tools", named.Function.Name)
+	return nil, badRequest("tool_choice", choiceShape)
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
@@ -245,28 +214,24 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	d := parser.Feed(res.text)
 	d.add(parser.Finish())
-	msg := map[string]any{"role": "assistant", "content": d.content}
-	if d.reasoning != "" {
-		msg["reasoning_content"] = d.reasoning
-	}
+	msg := assistantMessage{Role: "assistant", Content: &d.content, ReasoningContent: d.reasoning}
 	finish := res.reason
 	if len(d.calls) > 0 {
-		msg["tool_calls"] = openaiCalls(d.calls, false)
+		msg.ToolCalls = openaiCalls(d.calls)
 		if d.content == "" {
-			msg["content"] = nil
+			msg.Content = nil
 		}
 		if finish == "stop" {
 			finish = "tool_calls"
 		}
 	}
-	choice := map[string]any{"index": 0, "message": msg, "finish_reason": finish, "logprobs": nil}
+	choice := chatChoice{Message: msg, FinishReason: finish}
 	if pl.logprobs {
-		choice["logprobs"] = map[string]any{"content": s.chatLogprobs(res.tokens)}
+		choice.Logprobs = &chatLogprobs{Content: s.chatLogprobs(res.tokens)}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"id": id, "object": "chat.completion", "created": time.Now().Unix(), "model": s.cfg.ModelID,
-		"choices": []any{choice}, "usage": usage(res.outcome),
-	})
+	u := usage(res.outcome)
+	writeJSON(w, http.StatusOK, openaiObject[chatChoice]{ID: id, Object: "chat.completion", Created: time.Now().Unix(),
+		Model: s.cfg.ModelID, Choices: []chatChoice{choice}, Usage: &u})
 }
 
 // chatPlan turns a chat request into a plan and its output parser.
@@ -309,35 +274,26 @@ func (s *Server) chatPlan(req *chatRequest) (*plan, *outputParser, error) {
 	return pl, newOutputParser(s.format, len(tools) > 0, s.format.promptOpensThinking(text)), nil
 }
 
-// completionPrompt accepts a string, a list of one string, a list of
-// token ids, or a list of one list of ids.
+// completionPrompt decodes a completionPrompt: one prompt, as text or as
+// token ids (ids are returned with no text).
 func (s *Server) completionPrompt(raw json.RawMessage) ([]int32, string, error) {
 	if absent(raw) {
 		return nil, "", badRequest("prompt", "prompt is required")
 	}
-	var str string
-	if json.Unmarshal(raw, &str) == nil {
-		return s.encodePrompt(str, true), str, nil
+	var p completionPrompt
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, "", badRequest("prompt", "prompt must be a string or a list of token ids")
 	}
-	var strs []string
-	if json.Unmarshal(raw, &strs) == nil {
-		if len(strs) != 1 {
-			return nil, "", badRequest("prompt", "only one prompt per request is supported, got %d", len(strs))
+	if p.Tokens != nil {
+		if len(p.Tokens) != 1 {
+			return nil, "", badRequest("prompt", "only one prompt per request is supported, got %d", len(p.Tokens))
 		}
-		return s.encodePrompt(strs[0], true), strs[0], nil
+		return p.Tokens[0], "", nil
 	}
-	var ids []int32
-	if json.Unmarshal(raw, &ids) == nil {
-		return ids, "", nil
+	if len(p.Texts) != 1 {
+		return nil, "", badRequest("prompt", "only one prompt per request is supported, got %d", len(p.Texts))
 	}
-	var idss [][]int32
-	if json.Unmarshal(raw, &idss) == nil {
-		if len(idss) != 1 {
-			return nil, "", badRequest("prompt", "only one prompt per request is supported, got %d", len(idss))
-		}
-		return idss[0], "", nil
-	}
-	return nil, "", badRequest("prompt", "prompt must be a string or a list of token ids")
+	return s.encodePrompt(p.Texts[0], true), p.Texts[0], nil
 }
 
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
@@ -385,14 +341,13 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		s.writeAPIError(w, err)
 		return
 	}
-	choice := map[string]any{"index": 0, "text": res.text, "finish_reason": res.reason, "logprobs": nil}
+	choice := completionChoice{Text: res.text, FinishReason: &res.reason}
 	if pl.logprobs {
-		choice["logprobs"] = s.completionLogprobs(res.tokens, pl.topLP, 0)
+		choice.Logprobs = s.completionLogprobs(res.tokens, pl.topLP, 0)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"id": id, "object": "text_completion", "created": time.Now().Unix(), "model": s.cfg.ModelID,
-		"choices": []any{choice}, "usage": usage(res.outcome),
-	})
+	u := usage(res.outcome)
+	writeJSON(w, http.StatusOK, openaiObject[completionChoice]{ID: id, Object: "text_completion", Created: time.Now().Unix(),
+		Model: s.cfg.ModelID, Choices: []completionChoice{choice}, Usage: &u})
 }
 
 // result is a finished generation's text, tokens and outcome.
@@ -463,22 +418,19 @@ func (s *Server) collect(ctx context.Context, pl *plan) (*result, error) {
 	return nil, ctx.Err() // the client left
 }
 
-func usage(o outcome) map[string]any {
-	return map[string]any{
-		"prompt_tokens": o.stats.PromptTokens, "completion_tokens": o.stats.GeneratedTokens,
-		"total_tokens":          o.stats.PromptTokens + o.stats.GeneratedTokens,
-		"prompt_tokens_details": map[string]any{"cached_tokens": o.stats.CachedTokens},
-	}
+// usage is an outcome's OpenAI usage.
+func usage(o outcome) openaiUsage {
+	u := openaiUsage{PromptTokens: o.stats.PromptTokens, CompletionTokens: o.stats.GeneratedTokens,
+		TotalTokens: o.stats.PromptTokens + o.stats.GeneratedTokens}
+	u.PromptTokensDetails.CachedTokens = o.stats.CachedTokens
+	return u
 }
 
-func openaiCalls(calls []toolCall, indexed bool) []any {
-	out := make([]any, len(calls))
+// openaiCalls are parsed calls as a reply's tool_calls.
+func openaiCalls(calls []toolCall) []openaiToolCall {
+	out := make([]openaiToolCall, len(calls))
 	for i, c := range calls {
-		m := map[string]any{"id": c.ID, "type": "function", "function": map[string]any{"name": c.Name, "arguments": c.Arguments}}
-		if indexed {
-			m["index"] = i
-		}
-		out[i] = m
+		out[i] = openaiToolCall{ID: c.ID, Type: "function", Function: openaiFunctionCall{Name: c.Name, Arguments: c.Arguments}}
 	}
 	return out
 }
@@ -506,39 +458,42 @@ func byteList(s string) []int {
 }
 
 // chatLogprobs is chat's logprobs.content list.
-func (s *Server) chatLogprobs(toks []tokenLP) []any {
-	out := make([]any, 0, len(toks))
+func (s *Server) chatLogprobs(toks []tokenLP) []tokenLogprob {
+	out := make([]tokenLogprob, 0, len(toks))
 	for _, t := range toks {
 		text := s.tokenText(int(t.ID))
-		top := make([]any, 0, len(t.Top))
+		top := make([]topLogprob, 0, len(t.Top))
 		for _, a := range t.Top {
 			at := s.tokenText(a.ID)
-			top = append(top, map[string]any{"token": at, "logprob": lp(a.Logprob), "bytes": byteList(at)})
+			top = append(top, topLogprob{Token: at, Logprob: lp(a.Logprob), Bytes: byteList(at)})
 		}
-		out = append(out, map[string]any{"token": text, "logprob": lp(t.Logprob), "bytes": byteList(text), "top_logprobs": top})
+		out = append(out, tokenLogprob{Token: text, Logprob: lp(t.Logprob), Bytes: byteList(text), TopLogprobs: top})
 	}
 	return out
 }
 
-// completionLogprobs is the legacy completions logprobs object.
-func (s *Server) completionLogprobs(toks []tokenLP, top, offset int) map[string]any {
-	tokens := make([]string, 0, len(toks))
-	lps := make([]float64, 0, len(toks))
-	tops := make([]map[string]float64, 0, len(toks))
-	offs := make([]int, 0, len(toks))
+// completionLogprobs is the legacy completions logprobs object; offset is
+// the text offset of the first token.
+func (s *Server) completionLogprobs(toks []tokenLP, top, offset int) *completionLogprobs {
+	out := &completionLogprobs{
+		Tokens:        make([]string, 0, len(toks)),
+		TokenLogprobs: make([]float64, 0, len(toks)),
+		TopLogprobs:   make([]map[string]float64, 0, len(toks)),
+		TextOffset:    make([]int, 0, len(toks)),
+	}
 	for _, t := range toks {
 		text := s.tokenText(int(t.ID))
-		tokens = append(tokens, text)
-		lps = append(lps, lp(t.Logprob))
+		out.Tokens = append(out.Tokens, text)
+		out.TokenLogprobs = append(out.TokenLogprobs, lp(t.Logprob))
 		m := map[string]float64{}
 		for i, a := range t.Top {
 			if i < top {
 				m[s.tokenText(a.ID)] = lp(a.Logprob)
 			}
 		}
-		tops = append(tops, m)
-		offs = append(offs, offset)
+		out.TopLogprobs = append(out.TopLogprobs, m)
+		out.TextOffset = append(out.TextOffset, offset)
 		offset += len(text)
 	}
-	return map[string]any{"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offs}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -13,33 +14,6 @@ import (
 	"github.com/mlxgo/mlxgo/sampler"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
-
-// samplingFields are the request fields shared by the OpenAI endpoints.
-type samplingFields struct {
-	Model                 string             `json:"model"`
-	MaxTokens             *int               `json:"max_tokens"`
-	MaxCompletionTokens   *int               `json:"max_completion_tokens"`
-	Temperature           *float64           `json:"temperature"`
-	TopP                  *float64           `json:"top_p"`
-	TopK                  *int               `json:"top_k"`
-	MinP                  *float64           `json:"min_p"`
-	Seed                  *int64             `json:"seed"`
-	RepetitionPenalty     *float64           `json:"repetition_penalty"`
-	RepetitionContextSize *int               `json:"repetition_context_size"`
-	PresencePenalty       *float64           `json:"presence_penalty"`
-	FrequencyPenalty      *float64           `json:"frequency_penalty"`
-	LogitBias             map[string]float64 `json:"logit_bias"`
-	TopLogprobs           *int               `json:"top_logprobs"`
-	Stop                  json.RawMessage    `json:"stop"`
-	N                     *int               `json:"n"`
-	Stream                *bool              `json:"stream"`
-	StreamOptions         *struct {
-		IncludeUsage *bool `json:"include_usage"`
-	} `json:"stream_options"`
-	ResponseFormat json.RawMessage `json:"response_format"`
-	// StructuredOutputs is the vLLM-style constraint: {json | regex | choice | grammar}.
-	StructuredOutputs json.RawMessage `json:"structured_outputs"`
-}
 
 // readJSON reads the body into v, mapping failures to 400 / 413.
 func readJSON(r *http.Request, v any) error {
@@ -62,7 +36,7 @@ func readJSON(r *http.Request, v any) error {
 			return badRequest("", "the request body must be a JSON object, not %s", te.Value)
 		case errors.As(err, &te):
 			field := strings.TrimPrefix(te.Field, "samplingFields.") // embedded fields are the request's own
-			return badRequest(field, "wrong type for %s: got %s, want %s", field, te.Value, jsonKind(te.Type.String()))
+			return badRequest(field, "wrong type for %s: got %s, want %s", field, te.Value, jsonKind(te.Type))
 		case errors.As(err, &se):
 			return badRequest("", "invalid JSON at offset %d: %v", se.Offset, err)
 		default:
@@ -72,43 +46,42 @@ func readJSON(r *http.Request, v any) error {
 	return nil
 }
 
-// jsonKind names a Go type as a JSON kind for error messages.
-func jsonKind(goType string) string {
-	goType = strings.TrimPrefix(goType, "*")
-	switch {
-	case strings.HasPrefix(goType, "int") || strings.HasPrefix(goType, "uint"):
+// jsonKind names the JSON kind a Go type decodes from, for error messages.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
 		return "an integer"
-	case strings.HasPrefix(goType, "float"):
+	case reflect.Float32, reflect.Float64:
 		return "a number"
-	case goType == "string":
+	case reflect.String:
 		return "a string"
-	case goType == "bool":
+	case reflect.Bool:
 		return "a boolean"
-	case strings.HasPrefix(goType, "map") || strings.HasPrefix(goType, "struct"):
+	case reflect.Map, reflect.Struct:
 		return "an object"
-	case strings.HasPrefix(goType, "[]"):
+	case reflect.Slice, reflect.Array:
 		return "an array"
 	}
-	return goType
+	return t.String()
 }
 
 // absent reports whether a raw JSON field was left out or is null.
 func absent(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }
 
-// parseStop accepts null, a string or a list of strings.
+// parseStop decodes a stopList member.
 func parseStop(raw json.RawMessage, param string) ([]string, error) {
 	if absent(raw) {
 		return nil, nil
 	}
-	var one string
-	if json.Unmarshal(raw, &one) == nil {
-		return []string{one}, nil
-	}
-	var many []string
-	if err := json.Unmarshal(raw, &many); err != nil {
+	var stops stopList
+	if err := json.Unmarshal(raw, &stops); err != nil {
 		return nil, badRequest(param, "%s must be a string or a list of strings", param)
 	}
-	return many, nil
+	return stops, nil
 }
 
 // plan is a validated generation request.
@@ -290,8 +263,32 @@ func (s *Server) checkPrompt(ids []int32, param string) error {
 	return nil
 }
 
+// templateMessage is a message as chat templates read it: a dict in
+// OpenAI's message shape (role, content as text, tool_calls as
+// []templateToolCall, reasoning_content, tool_call_id) plus every other
+// member the client sent, passed through unread: that is why it is a map
+// and not a wire struct. encoding/json writes its keys sorted, which is the
+// order a template's tojson sees.
+type templateMessage map[string]any
+
+// templateToolCall is a tool call as chat templates read it: arguments as
+// an object, which templates print with tojson or iterate. Members are in
+// alphabetical order, as in templateMessage, so that tojson prints a call
+// the same whichever endpoint it came from.
+type templateToolCall struct {
+	Function templateFunction `json:"function"`
+	ID       string           `json:"id"`
+	Type     string           `json:"type"`
+}
+
+// templateFunction is a templateToolCall's function.
+type templateFunction struct {
+	Arguments json.RawMessage `json:"arguments"`
+	Name      string          `json:"name"`
+}
+
 // renderChat applies the chat template (or a plain layout without one).
-func (s *Server) renderChat(msgs []map[string]any, tools []json.RawMessage, kwargs map[string]any) (string, error) {
+func (s *Server) renderChat(msgs []templateMessage, tools []json.RawMessage, kwargs map[string]any) (string, error) {
 	kw := map[string]any{}
 	for k, v := range s.cfg.TemplateKwargs {
 		kw[k] = v

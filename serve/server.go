@@ -290,14 +290,15 @@ func badRequest(param, format string, args ...any) *apiError {
 
 // writeError writes OpenAI's error object.
 func writeError(w http.ResponseWriter, status int, msg, typ, param, code string) {
-	body := map[string]any{"message": msg, "type": typ, "param": nil, "code": nil}
+	var body openaiError
+	body.Error.Message, body.Error.Type = msg, typ
 	if param != "" {
-		body["param"] = param
+		body.Error.Param = &param
 	}
 	if code != "" {
-		body["code"] = code
+		body.Error.Code = &code
 	}
-	writeJSON(w, status, map[string]any{"error": body})
+	writeJSON(w, status, body)
 }
 
 func (s *Server) writeAPIError(w http.ResponseWriter, err error) {
@@ -336,12 +337,12 @@ func (s *Server) checkModel(name string) error {
 	return &apiError{status: http.StatusNotFound, message: fmt.Sprintf("the model %q does not exist (this server serves %q)", name, s.cfg.ModelID), typ: "invalid_request_error", param: "model", code: "model_not_found"}
 }
 
-func (s *Server) modelObject() map[string]any {
-	return map[string]any{"id": s.cfg.ModelID, "object": "model", "created": s.created, "owned_by": "mlxgo"}
+func (s *Server) modelObject() modelObject {
+	return modelObject{ID: s.cfg.ModelID, Object: "model", Created: s.created, OwnedBy: "mlxgo"}
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{s.modelObject()}})
+	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: []modelObject{s.modelObject()}})
 }
 
 func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
@@ -357,7 +358,9 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+	writeJSON(w, http.StatusOK, struct {
+		Status string `json:"status"`
+	}{"ok"})
 }
 
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {

@@ -47,44 +47,48 @@ func (e *sse) raw(name string, data []byte) error {
 	return e.rc.Flush()
 }
 
-// streamError reports a failure after the stream started.
+// streamError reports a failure after the stream started, as an OpenAI
+// error chunk (param and code null).
 func (e *sse) streamError(err error) {
 	ae, ok := err.(*apiError)
 	if !ok {
 		ae = genError(err)
 	}
-	_ = e.send("", map[string]any{"error": map[string]any{"message": ae.message, "type": ae.typ, "param": nil, "code": nil}})
+	var body openaiError
+	body.Error.Message, body.Error.Type = ae.message, ae.typ
+	_ = e.send("", body)
 }
 
-// openaiStream is an OpenAI event stream, whose chunks all repeat the
-// response's id, object, creation time and model.
-type openaiStream struct {
+// openaiStream is an OpenAI event stream of choices C, whose chunks all
+// repeat the response's id, object, creation time and model.
+type openaiStream[C any] struct {
 	*sse
-	id, object, model string
-	created           int64
+	head openaiObject[C]
 }
 
-func (s *Server) newOpenAIStream(w http.ResponseWriter, id, object string) *openaiStream {
-	return &openaiStream{sse: newSSE(w), id: id, object: object, model: s.cfg.ModelID, created: time.Now().Unix()}
-}
-
-// chunk is a chunk object holding choices.
-func (o *openaiStream) chunk(choices []any) map[string]any {
-	return map[string]any{"id": o.id, "object": o.object, "created": o.created, "model": o.model, "choices": choices}
+func newOpenAIStream[C any](w http.ResponseWriter, id, object, model string) *openaiStream[C] {
+	return &openaiStream[C]{sse: newSSE(w), head: openaiObject[C]{ID: id, Object: object, Created: time.Now().Unix(), Model: model}}
 }
 
 // choice sends a chunk of one choice.
-func (o *openaiStream) choice(c map[string]any) error { return o.send("", o.chunk([]any{c})) }
+func (o *openaiStream[C]) choice(c C) error {
+	chunk := o.head
+	chunk.Choices = []C{c}
+	return o.send("", chunk)
+}
 
 // end closes the stream after the job's outcome: an error chunk if it
-// failed, else the usage chunk when the request asked for it; then [DONE].
-func (o *openaiStream) end(res *outcome, withUsage bool) {
+// failed, else the usage chunk (no choices) when the request asked for
+// it; then [DONE].
+func (o *openaiStream[C]) end(res *outcome, withUsage bool) {
 	if res.err != nil {
 		o.streamError(res.err)
 	} else if withUsage {
-		u := o.chunk([]any{})
-		u["usage"] = usage(*res)
-		if o.send("", u) != nil {
+		chunk := o.head
+		chunk.Choices = []C{}
+		u := usage(*res)
+		chunk.Usage = &u
+		if o.send("", chunk) != nil {
 			return
 		}
 	}
@@ -98,33 +102,34 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pl *plan, pa
 		s.writeAPIError(w, err)
 		return
 	}
-	out := s.newOpenAIStream(w, id, "chat.completion.chunk")
-	choice := func(delta map[string]any, finish any, logprobs any) error {
-		return out.choice(map[string]any{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish})
+	out := newOpenAIStream[chatChunkChoice](w, id, "chat.completion.chunk", s.cfg.ModelID)
+	send := func(delta chatDelta, finish *string, logprobs *chatLogprobs) error {
+		return out.choice(chatChunkChoice{Delta: delta, Logprobs: logprobs, FinishReason: finish})
 	}
-	if choice(map[string]any{"role": "assistant", "content": ""}, nil, nil) != nil {
+	empty := ""
+	if send(chatDelta{Role: "assistant", Content: &empty}, nil, nil) != nil {
 		return
 	}
 	nCalls := 0
 	emit := func(d delta, toks []tokenLP) error {
-		var lps any
+		var lps *chatLogprobs
 		if pl.logprobs && len(toks) > 0 {
-			lps = map[string]any{"content": s.chatLogprobs(toks)}
+			lps = &chatLogprobs{Content: s.chatLogprobs(toks)}
 		}
 		if d.reasoning != "" {
-			if err := choice(map[string]any{"reasoning_content": d.reasoning}, nil, nil); err != nil {
+			if err := send(chatDelta{ReasoningContent: d.reasoning}, nil, nil); err != nil {
 				return err
 			}
 		}
 		if d.content != "" || lps != nil {
-			if err := choice(map[string]any{"content": d.content}, nil, lps); err != nil {
+			if err := send(chatDelta{Content: &d.content}, nil, lps); err != nil {
 				return err
 			}
 		}
-		for _, c := range d.calls {
-			call := map[string]any{"index": nCalls, "id": c.ID, "type": "function", "function": map[string]any{"name": c.Name, "arguments": c.Arguments}}
+		for _, call := range openaiCalls(d.calls) {
+			call.Index = new(nCalls)
 			nCalls++
-			if err := choice(map[string]any{"tool_calls": []any{call}}, nil, nil); err != nil {
+			if err := send(chatDelta{ToolCalls: []openaiToolCall{call}}, nil, nil); err != nil {
 				return err
 			}
 		}
@@ -147,7 +152,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pl *plan, pa
 			if nCalls > 0 && finish == "stop" {
 				finish = "tool_calls"
 			}
-			if choice(map[string]any{}, finish, nil) != nil {
+			if send(chatDelta{}, &finish, nil) != nil {
 				return
 			}
 		}
@@ -162,26 +167,23 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, pl *pl
 		s.writeAPIError(w, err)
 		return
 	}
-	out := s.newOpenAIStream(w, id, "text_completion")
-	choice := func(text string, finish any, logprobs any) error {
-		return out.choice(map[string]any{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish})
-	}
+	out := newOpenAIStream[completionChoice](w, id, "text_completion", s.cfg.ModelID)
 	offset := 0
 	for ev := range events(ctx, j) {
 		if ev.text != "" || (pl.logprobs && len(ev.tokens) > 0) {
-			var lps any
+			c := completionChoice{Text: ev.text}
 			if pl.logprobs {
-				lps = s.completionLogprobs(ev.tokens, pl.topLP, offset)
+				c.Logprobs = s.completionLogprobs(ev.tokens, pl.topLP, offset)
 			}
 			offset += len(ev.text)
-			if choice(ev.text, nil, lps) != nil {
+			if out.choice(c) != nil {
 				return
 			}
 		}
 		if ev.done == nil {
 			continue
 		}
-		if ev.done.err == nil && choice("", ev.done.reason, nil) != nil {
+		if ev.done.err == nil && out.choice(completionChoice{FinishReason: &ev.done.reason}) != nil {
 			return
 		}
 		out.end(ev.done, pl.usage)

@@ -8,26 +8,8 @@ import (
 	"strings"
 )
 
-// messagesRequest is Anthropic's POST /v1/messages body.
-type messagesRequest struct {
-	Model         string          `json:"model"`
-	MaxTokens     *int            `json:"max_tokens"`
-	Messages      json.RawMessage `json:"messages"`
-	System        json.RawMessage `json:"system"`
-	StopSequences []string        `json:"stop_sequences"`
-	Temperature   *float64        `json:"temperature"`
-	TopP          *float64        `json:"top_p"`
-	TopK          *int            `json:"top_k"`
-	Stream        *bool           `json:"stream"`
-	Tools         json.RawMessage `json:"tools"`
-	ToolChoice    json.RawMessage `json:"tool_choice"`
-	Thinking      *struct {
-		Type string `json:"type"`
-	} `json:"thinking"`
-}
-
-// anthropicError writes Anthropic's error shape, which its SDK parses.
-func anthropicError(w http.ResponseWriter, err error) {
+// writeAnthropicError writes Anthropic's error shape, which its SDK parses.
+func writeAnthropicError(w http.ResponseWriter, err error) {
 	var ae *apiError
 	if !errors.As(err, &ae) {
 		ae = &apiError{status: http.StatusInternalServerError, message: err.Error()}
@@ -40,36 +22,27 @@ func anthropicError(w http.ResponseWriter, err error) {
 	if ae.status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", "1")
 	}
-	writeJSON(w, ae.status, map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": ae.message}})
+	writeJSON(w, ae.status, newAnthropicError(typ, ae.message))
 }
 
-// anthropicBlock is one content block of a message.
-type anthropicBlock struct {
-	Type      string          `json:"type"`
-	Text      string          `json:"text"`
-	ID        string          `json:"id"`
-	Name      string          `json:"name"`
-	Input     json.RawMessage `json:"input"`
-	ToolUseID string          `json:"tool_use_id"`
-	Content   json.RawMessage `json:"content"`
-	Thinking  string          `json:"thinking"`
+func newAnthropicError(typ, message string) anthropicError {
+	e := anthropicError{Type: "error"}
+	e.Error.Type, e.Error.Message = typ, message
+	return e
 }
 
-// blocks decodes content: a string or a list of blocks.
-func blocks(raw json.RawMessage, param string) ([]anthropicBlock, error) {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return []anthropicBlock{{Type: "text", Text: s}}, nil
-	}
-	var bs []anthropicBlock
-	if err := json.Unmarshal(raw, &bs); err != nil {
+// blocks decodes an anthropicContent.
+func blocks(raw json.RawMessage, param string) (anthropicContent, error) {
+	var c anthropicContent
+	if err := json.Unmarshal(raw, &c); err != nil {
 		return nil, badRequest(param, "%s must be a string or a list of content blocks", param)
 	}
-	return bs, nil
+	return c, nil
 }
 
 // anthropicMessages converts Anthropic messages (and system) to the
-// OpenAI-style messages chat templates read.
+// OpenAI-style messages chat templates read: a message's tool_use blocks
+// become its tool_calls, each tool_result block a tool message.
 func anthropicMessages(system, raw json.RawMessage) ([]templateMessage, error) {
 	var out []templateMessage
 	if !absent(system) {
@@ -86,10 +59,7 @@ func anthropicMessages(system, raw json.RawMessage) ([]templateMessage, error) {
 	if absent(raw) {
 		return nil, badRequest("messages", "messages is required")
 	}
-	var msgs []struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-	}
+	var msgs []anthropicMessage
 	if err := json.Unmarshal(raw, &msgs); err != nil {
 		return nil, badRequest("messages", "messages must be a list of {role, content}")
 	}
@@ -106,7 +76,7 @@ func anthropicMessages(system, raw json.RawMessage) ([]templateMessage, error) {
 			return nil, err
 		}
 		var text, thinking strings.Builder
-		var calls []any
+		var calls []templateToolCall
 		for k, b := range bs {
 			switch b.Type {
 			case "text":
@@ -119,7 +89,7 @@ func anthropicMessages(system, raw json.RawMessage) ([]templateMessage, error) {
 				if absent(args) {
 					args = json.RawMessage("{}")
 				}
-				calls = append(calls, map[string]any{"id": b.ID, "type": "function", "function": map[string]any{"name": b.Name, "arguments": args}})
+				calls = append(calls, templateToolCall{ID: b.ID, Type: "function", Function: templateFunction{Name: b.Name, Arguments: args}})
 			case "tool_result":
 				res := ""
 				if len(b.Content) > 0 {
@@ -155,18 +125,11 @@ func anthropicTools(raw, choice json.RawMessage) ([]json.RawMessage, error) {
 	if absent(raw) {
 		return nil, nil
 	}
-	var tools []struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description"`
-		InputSchema json.RawMessage `json:"input_schema"`
-	}
+	var tools []anthropicTool
 	if err := json.Unmarshal(raw, &tools); err != nil {
 		return nil, badRequest("tools", "tools must be a list of {name, description, input_schema}")
 	}
-	var tc struct {
-		Type string `json:"type"`
-		Name string `json:"name"`
-	}
+	var tc anthropicToolChoice
 	if !absent(choice) {
 		if err := json.Unmarshal(choice, &tc); err != nil {
 			return nil, badRequest("tool_choice", "tool_choice must be {type: auto | any | tool | none}")
@@ -174,15 +137,6 @@ func anthropicTools(raw, choice json.RawMessage) ([]json.RawMessage, error) {
 	}
 	if tc.Type == "none" {
 		return nil, nil
-	}
-	type fn struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description,omitempty"`
-		Parameters  json.RawMessage `json:"parameters,omitempty"`
-	}
-	type tool struct {
-		Type     string `json:"type"`
-		Function fn     `json:"function"`
 	}
 	var out []json.RawMessage
 	for i, t := range tools {
@@ -192,7 +146,7 @@ func anthropicTools(raw, choice json.RawMessage) ([]json.RawMessage, error) {
 		if tc.Type == "tool" && tc.Name != t.Name {
 			continue
 		}
-		b, _ := json.Marshal(tool{Type: "function", Function: fn{t.Name, t.Description, t.InputSchema}})
+		b, _ := json.Marshal(functionTool{Type: "function", Function: functionDef{Name: t.Name, Description: t.Description, Parameters: t.InputSchema}})
 		out = append(out, b)
 	}
 	if tc.Type == "tool" && len(out) == 0 {
@@ -204,12 +158,12 @@ func anthropicTools(raw, choice json.RawMessage) ([]json.RawMessage, error) {
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	var req messagesRequest
 	if err := readJSON(r, &req); err != nil {
-		anthropicError(w, err)
+		writeAnthropicError(w, err)
 		return
 	}
 	pl, parser, err := s.messagesPlan(&req)
 	if err != nil {
-		anthropicError(w, err)
+		writeAnthropicError(w, err)
 		return
 	}
 	id := newCallID("msg_")
@@ -219,27 +173,28 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := s.collect(r.Context(), pl)
 	if err != nil {
-		anthropicError(w, err)
+		writeAnthropicError(w, err)
 		return
 	}
 	d := parser.Feed(res.text)
 	d.add(parser.Finish())
-	var content []any
+	var content []contentBlock
 	if d.reasoning != "" {
-		content = append(content, map[string]any{"type": "thinking", "thinking": d.reasoning, "signature": ""})
+		content = append(content, thinkingBlock{Type: "thinking", Thinking: d.reasoning, Signature: new("")})
 	}
 	if d.content != "" || len(d.calls) == 0 {
-		content = append(content, map[string]any{"type": "text", "text": d.content})
+		content = append(content, textBlock{Type: "text", Text: d.content})
 	}
 	for _, c := range d.calls {
-		content = append(content, map[string]any{"type": "tool_use", "id": "toolu_" + strings.TrimPrefix(c.ID, "call_"), "name": c.Name, "input": json.RawMessage(c.Arguments)})
+		content = append(content, toolUseBlock{Type: "tool_use", ID: toolUseID(c), Name: c.Name, Input: json.RawMessage(c.Arguments)})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"id": id, "type": "message", "role": "assistant", "model": s.cfg.ModelID, "content": content,
-		"stop_reason": stopReason(res.outcome, len(d.calls) > 0), "stop_sequence": stopSeq(res.outcome),
-		"usage": anthropicUsage(res.outcome),
-	})
+	writeJSON(w, http.StatusOK, anthropicResponse{ID: id, Type: "message", Role: "assistant", Model: s.cfg.ModelID,
+		Content: content, StopReason: new(stopReason(res.outcome, len(d.calls) > 0)), StopSequence: stopSeq(res.outcome),
+		Usage: messagesUsage(res.outcome)})
 }
+
+// toolUseID is a parsed call's id in Anthropic's style.
+func toolUseID(c toolCall) string { return "toolu_" + strings.TrimPrefix(c.ID, "call_") }
 
 func stopReason(o outcome, calls bool) string {
 	switch {
@@ -253,18 +208,18 @@ func stopReason(o outcome, calls bool) string {
 	return "end_turn"
 }
 
-func stopSeq(o outcome) any {
+// stopSeq is the stop sequence that ended a generation (nil: none did).
+func stopSeq(o outcome) *string {
 	if o.stopStr == "" {
 		return nil
 	}
-	return o.stopStr
+	return &o.stopStr
 }
 
-func anthropicUsage(o outcome) map[string]any {
-	return map[string]any{
-		"input_tokens": o.stats.PromptTokens - o.stats.CachedTokens, "output_tokens": o.stats.GeneratedTokens,
-		"cache_read_input_tokens": o.stats.CachedTokens, "cache_creation_input_tokens": 0,
-	}
+// messagesUsage is an outcome's Anthropic usage.
+func messagesUsage(o outcome) anthropicUsage {
+	return anthropicUsage{InputTokens: o.stats.PromptTokens - o.stats.CachedTokens, OutputTokens: o.stats.GeneratedTokens,
+		CacheReadInputTokens: new(o.stats.CachedTokens), CacheCreationInputTokens: new(0)}
 }
 
 func (s *Server) messagesPlan(req *messagesRequest) (*plan, *outputParser, error) {
@@ -308,14 +263,12 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, pl *plan
 	ctx := r.Context()
 	j, err := s.start(ctx, pl)
 	if err != nil {
-		anthropicError(w, err)
+		writeAnthropicError(w, err)
 		return
 	}
 	out := newSSE(w)
-	start := map[string]any{"type": "message_start", "message": map[string]any{
-		"id": id, "type": "message", "role": "assistant", "model": s.cfg.ModelID, "content": []any{},
-		"stop_reason": nil, "stop_sequence": nil, "usage": map[string]any{"input_tokens": len(pl.prompt), "output_tokens": 0},
-	}}
+	start := messageStartEvent{Type: "message_start", Message: anthropicResponse{ID: id, Type: "message", Role: "assistant",
+		Model: s.cfg.ModelID, Content: []contentBlock{}, Usage: anthropicUsage{InputTokens: len(pl.prompt)}}}
 	if out.send("message_start", start) != nil {
 		return
 	}
@@ -325,44 +278,47 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, pl *plan
 			return nil
 		}
 		open = ""
-		return out.send("content_block_stop", map[string]any{"type": "content_block_stop", "index": index})
+		return out.send("content_block_stop", blockStopEvent{Type: "content_block_stop", Index: index})
 	}
-	openBlock := func(typ string, block map[string]any) error {
+	openBlock := func(typ string, block contentBlock) error {
 		if err := closeBlock(); err != nil {
 			return err
 		}
 		index++
 		open = typ
-		return out.send("content_block_start", map[string]any{"type": "content_block_start", "index": index, "content_block": block})
+		return out.send("content_block_start", blockStartEvent{Type: "content_block_start", Index: index, ContentBlock: block})
+	}
+	sendDelta := func(d blockDelta) error {
+		return out.send("content_block_delta", blockDeltaEvent{Type: "content_block_delta", Index: index, Delta: d})
 	}
 	calls := 0
 	emit := func(d delta) error {
 		if d.reasoning != "" {
 			if open != "thinking" {
-				if err := openBlock("thinking", map[string]any{"type": "thinking", "thinking": ""}); err != nil {
+				if err := openBlock("thinking", thinkingBlock{Type: "thinking"}); err != nil {
 					return err
 				}
 			}
-			if err := out.send("content_block_delta", map[string]any{"type": "content_block_delta", "index": index, "delta": map[string]any{"type": "thinking_delta", "thinking": d.reasoning}}); err != nil {
+			if err := sendDelta(thinkingDelta{Type: "thinking_delta", Thinking: d.reasoning}); err != nil {
 				return err
 			}
 		}
 		if d.content != "" {
 			if open != "text" {
-				if err := openBlock("text", map[string]any{"type": "text", "text": ""}); err != nil {
+				if err := openBlock("text", textBlock{Type: "text"}); err != nil {
 					return err
 				}
 			}
-			if err := out.send("content_block_delta", map[string]any{"type": "content_block_delta", "index": index, "delta": map[string]any{"type": "text_delta", "text": d.content}}); err != nil {
+			if err := sendDelta(textDelta{Type: "text_delta", Text: d.content}); err != nil {
 				return err
 			}
 		}
 		for _, c := range d.calls {
 			calls++
-			if err := openBlock("tool_use", map[string]any{"type": "tool_use", "id": "toolu_" + strings.TrimPrefix(c.ID, "call_"), "name": c.Name, "input": map[string]any{}}); err != nil {
+			if err := openBlock("tool_use", toolUseBlock{Type: "tool_use", ID: toolUseID(c), Name: c.Name, Input: json.RawMessage("{}")}); err != nil {
 				return err
 			}
-			if err := out.send("content_block_delta", map[string]any{"type": "content_block_delta", "index": index, "delta": map[string]any{"type": "input_json_delta", "partial_json": c.Arguments}}); err != nil {
+			if err := sendDelta(inputJSONDelta{Type: "input_json_delta", PartialJSON: c.Arguments}); err != nil {
 				return err
 			}
 			if err := closeBlock(); err != nil {
@@ -379,23 +335,23 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, pl *plan
 			continue
 		}
 		if ev.done.err != nil {
-			_ = out.send("error", map[string]any{"type": "error", "error": map[string]any{"type": "api_error", "message": genError(ev.done.err).message}})
+			_ = out.send("error", newAnthropicError("api_error", genError(ev.done.err).message))
 			return
 		}
 		if emit(parser.Finish()) != nil {
 			return
 		}
 		if index < 0 { // always at least one (possibly empty) text block
-			if openBlock("text", map[string]any{"type": "text", "text": ""}) != nil {
+			if openBlock("text", textBlock{Type: "text"}) != nil {
 				return
 			}
 		}
 		if closeBlock() != nil {
 			return
 		}
-		_ = out.send("message_delta", map[string]any{"type": "message_delta",
-			"delta": map[string]any{"stop_reason": stopReason(*ev.done, calls > 0), "stop_sequence": stopSeq(*ev.done)},
-			"usage": anthropicUsage(*ev.done)})
-		_ = out.send("message_stop", map[string]any{"type": "message_stop"})
+		md := messageDeltaEvent{Type: "message_delta", Usage: messagesUsage(*ev.done)}
+		md.Delta.StopReason, md.Delta.StopSequence = stopReason(*ev.done, calls > 0), stopSeq(*ev.done)
+		_ = out.send("message_delta", md)
+		_ = out.send("message_stop", messageStopEvent{Type: "message_stop"})
 	}
 }

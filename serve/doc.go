@@ -20,6 +20,11 @@
 // grammar) compile to a grammar (package grammar) that masks sampling;
 // compiled grammars are cached by their text across requests.
 //
+// The bodies are typed in wire_openai.go and wire_anthropic.go; request
+// members with their own validation are decoded by the handlers in a
+// fixed order, so that a request with several mistakes always reports the
+// same one.
+//
 // Errors are OpenAI's error object (Anthropic's on /v1/messages): 400 for
 // bad JSON, wrong types and invalid values (sampler.ParamError included),
 // 404 for unknown routes and models, 405, 413 and 429; a panic fails its

@@ -272,9 +272,10 @@ func (s *Server) checkPrompt(ids []int32, param string) error {
 type templateMessage map[string]any
 
 // templateToolCall is a tool call as chat templates read it: arguments as
-// an object, which templates print with tojson or iterate. Members are in
-// alphabetical order, as in templateMessage, so that tojson prints a call
-// the same whichever endpoint it came from.
+// an object, which templates print with tojson or iterate. Its members are
+// in alphabetical order like templateMessage's keys, so that a template's
+// tojson of a call prints what it printed when calls were maps (the
+// rendered prompt, and with it the prompt cache, stays the same).
 type templateToolCall struct {
 	Function templateFunction `json:"function"`
 	ID       string           `json:"id"`

@@ -83,10 +83,12 @@ type State struct {
 func (s State) Free() { tensor.Free(s.Arrays...) }
 
 // KV is what attention reads from a cache after an update: plain keys and
-// values, or their quantized form. Attention takes either.
+// values, or their quantized form. Attention takes either; Attend also
+// takes the per-row KVs of a batched pass (Rows).
 type KV struct {
 	Keys, Values *tensor.Array // plain caches
 	Quant        *QuantKV      // quantized caches (Keys and Values are nil)
+	Rows         *RowsKV       // a batched pass through kv.Rows (the others are nil)
 }
 
 // QuantKV holds quantized keys and values in MLX's affine format, as
@@ -126,9 +128,13 @@ func (kv KV) arrays() []*tensor.Array {
 // array, when present, is owned by the caller, who frees it after the
 // forward pass; one mask usually serves every layer that shares a cache
 // layout.
+//
+// A batched pass (kv.Rows) prescribes one mask per row instead (Rows);
+// Attend applies them.
 type Mask struct {
 	Kind  tensor.MaskKind
 	Array *tensor.Array
+	Rows  []Mask
 }
 
 // Options returns SDPA options with this mask and scale.
@@ -136,8 +142,13 @@ func (m Mask) Options(scale float32) tensor.SDPAOptions {
 	return tensor.SDPAOptions{Scale: scale, MaskKind: m.Kind, Mask: m.Array}
 }
 
-// Free frees the mask array, if any.
-func (m Mask) Free() { m.Array.Free() }
+// Free frees the mask array, if any (every row's, for a batched pass).
+func (m Mask) Free() {
+	m.Array.Free()
+	for _, r := range m.Rows {
+		r.Free()
+	}
+}
 
 // causalMask is mlx-lm's create_causal_mask: n queries at positions
 // offset..offset+n-1 against keys 0..offset+n-1; query l sees key r when
@@ -179,6 +190,9 @@ func attentionMask(be tensor.Backend, n, offset, window int, returnArray bool) M
 // that never dequantize the cache. o carries the scale, the mask (see
 // Mask.Options) and optional sinks (plain caches only).
 func Attention(q *tensor.Array, kv KV, o tensor.SDPAOptions) *tensor.Array {
+	if kv.Rows != nil {
+		panic(&tensor.Error{Op: "kv.Attention", Err: fmt.Errorf("%w: a batched pass's KV needs its row masks: use kv.Attend", tensor.ErrArgument)})
+	}
 	if kv.Quant != nil {
 		if o.Sinks != nil {
 			panic(&tensor.Error{Op: "kv.Attention", Err: fmt.Errorf("%w: attention sinks with a quantized cache", tensor.ErrArgument)})

@@ -272,6 +272,38 @@ type StepRunner interface {
 // until Tokens is iterated. Errors here are the caller's (bad sampling
 // parameters are *sampler.ParamError, which servers map to HTTP 400).
 func Generate(ctx context.Context, m Model, prompt []int32, opts *Options) (*Stream, error) {
+	r, err := prepare(m, prompt, opts, nil)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stream{ctx: ctx, m: m, chunk: r.o.PrefillChunkSize, be: r.be, mem: r.mem, plan: r.plan, quant: r.quant}
+	s.runner, _ = s.be.(StepRunner)
+	s.q = newSeq(prompt, r.o, m.VocabSize(), r.smp, r.cached)
+	s.caches = r.o.Caches
+	if s.caches == nil {
+		s.caches = m.MakeCaches()
+		s.owned = true
+	}
+	return s, nil
+}
+
+// prepared is a validated request: its options with the defaults filled
+// in, backend, memory interface, KV quantization plan, sampler, and how
+// many prompt tokens pre-warmed caches hold.
+type prepared struct {
+	o      Options
+	be     tensor.Backend
+	mem    MemoryInfo
+	plan   kv.QuantPlan
+	quant  bool
+	smp    *sampler.Sampler
+	cached int
+}
+
+// prepare validates a request (Generate's, or a batch row's) and makes
+// its sampler. be, when not nil, is the backend to run on whatever
+// Options.Backend says (a batch's).
+func prepare(m Model, prompt []int32, opts *Options, be tensor.Backend) (*prepared, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -313,24 +345,24 @@ func Generate(ctx context.Context, m Model, prompt []int32, opts *Options) (*Str
 	if o.QuantizedKVStart < 0 {
 		return nil, fmt.Errorf("generate: quantized KV start %d", o.QuantizedKVStart)
 	}
-	s := &Stream{ctx: ctx, m: m, chunk: o.PrefillChunkSize}
-	s.be = o.Backend
-	if s.be == nil {
-		if err := tensor.Try(func() { s.be = tensor.Default() }); err != nil {
+	r := &prepared{be: be}
+	if r.be == nil {
+		r.be = o.Backend
+	}
+	if r.be == nil {
+		if err := tensor.Try(func() { r.be = tensor.Default() }); err != nil {
 			return nil, err
 		}
 	}
-	s.runner, _ = s.be.(StepRunner)
-	s.mem = o.Memory
-	if s.mem == nil {
-		s.mem, _ = s.be.(MemoryInfo)
+	r.mem = o.Memory
+	if r.mem == nil {
+		r.mem, _ = r.be.(MemoryInfo)
 	}
-	s.plan = kv.QuantPlan{Default: kv.QuantSpec{Bits: o.KVBits, GroupSize: o.KVGroupSize}, PerLayer: o.KVConfig, Start: o.QuantizedKVStart}
-	s.quant = o.KVBits != 0
+	r.plan = kv.QuantPlan{Default: kv.QuantSpec{Bits: o.KVBits, GroupSize: o.KVGroupSize}, PerLayer: o.KVConfig, Start: o.QuantizedKVStart}
+	r.quant = o.KVBits != 0
 	for _, spec := range o.KVConfig {
-		s.quant = s.quant || spec.Bits != 0
+		r.quant = r.quant || spec.Bits != 0
 	}
-	cached := 0 // prompt tokens the pre-warmed caches hold
 	if o.Caches != nil {
 		off := -1
 		for i, c := range o.Caches {
@@ -345,19 +377,15 @@ func Generate(ctx context.Context, m Model, prompt []int32, opts *Options) (*Str
 		if off >= len(prompt) {
 			return nil, fmt.Errorf("generate: pre-warmed caches hold %d tokens, not a strict prefix of the %d-token prompt", off, len(prompt))
 		}
-		s.caches = o.Caches
-		cached = max(off, 0)
+		r.cached = max(off, 0)
 	}
-	smp, err := sampler.NewOn(s.be, o.Sampler, vocab)
+	smp, err := sampler.NewOn(r.be, o.Sampler, vocab)
 	if err != nil {
 		return nil, err
 	}
-	s.q = newSeq(prompt, o, vocab, smp, cached)
-	if s.caches == nil {
-		s.caches = m.MakeCaches()
-		s.owned = true
-	}
-	return s, nil
+	r.smp = smp
+	r.o = o
+	return r, nil
 }
 
 // Wrap adapts a model whose Forward takes a third, optional argument (as

@@ -1,0 +1,502 @@
+package generate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/mlxgo/mlxgo/kv"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// DefaultMaxRows is how many rows a Batch generates at once when
+// BatchOptions.MaxRows is 0 (the seed's --batch default).
+const DefaultMaxRows = 8
+
+// BatchOptions configure a Batch.
+type BatchOptions struct {
+	// MaxRows is the most rows generating at once (default
+	// DefaultMaxRows); later rows wait, in the order they were added.
+	MaxRows int
+	// TokenBudget caps the tokens of one forward pass (default
+	// DefaultPrefillChunkSize). Every running row's decode tokens go in
+	// each pass; joining rows' prompts fill what is left, in chunks, so a
+	// long prompt never stalls the rows already decoding (chunked
+	// prefill).
+	TokenBudget int
+	// Backend is the backend every row runs on (default: tensor.Default).
+	Backend tensor.Backend
+}
+
+// Batch generates many sequences at once over one model: each Step is
+// one forward pass holding every running row's next tokens and chunks of
+// the prompts of rows that joined, laid end to end (varlen; no padding),
+// each row with its own caches, sampler, random stream, grammar, history
+// and limits. Rows join and leave at any step.
+//
+// A row's tokens and logprobs are computed by the same per-row pieces a
+// lone Generate uses (its caches, attention, sampling), so on a backend
+// whose kernels give a row the same result whatever else a call holds
+// (the CPU backend), a row generates exactly what it generates alone.
+//
+// A Batch is driven by one goroutine (Add, Step, Close); Row.Cancel may
+// be called from any goroutine.
+type Batch struct {
+	m       Model
+	o       BatchOptions
+	be      tensor.Backend
+	runner  StepRunner
+	mem     MemoryInfo
+	waiting []*Row // FIFO
+	running []*Row
+	nextID  int
+	stats   BatchStats
+	closed  bool
+}
+
+// BatchStats describe a Batch so far.
+type BatchStats struct {
+	// RowsRunning and RowsWaiting are the rows in the batch now and the
+	// rows queued behind them.
+	RowsRunning, RowsWaiting int
+	// Steps counts forward passes; Tokens the tokens they held;
+	// LastStepTokens those of the last one.
+	Steps, Tokens, LastStepTokens int
+	// GeneratedTokens counts tokens delivered over every row.
+	GeneratedTokens int
+	// MaxRows is the most rows any step held.
+	MaxRows int
+}
+
+// Row is one sequence of a Batch.
+type Row struct {
+	// ID numbers rows in the order they were added, from 0.
+	ID     int
+	ctx    context.Context
+	q      *seq
+	caches []kv.Cache
+	owned  bool
+	plan   kv.QuantPlan
+	quant  bool
+	mem    MemoryInfo
+	phase  rowPhase
+	in     []int32 // the next pass's tokens (decode, or the first step)
+	cancel atomic.Bool
+	err    error
+	freed  bool
+}
+
+type rowPhase int
+
+const (
+	phaseWaiting rowPhase = iota
+	phasePrefill
+	phaseDecode // in holds the next step's input
+	phaseDone
+)
+
+// Stats returns the row's statistics (final once its Done event came).
+func (r *Row) Stats() Stats { return r.q.stats }
+
+// Err is the error that ended the row, if any.
+func (r *Row) Err() error { return r.err }
+
+// Done reports whether the row has ended.
+func (r *Row) Done() bool { return r.phase == phaseDone }
+
+// Cancel ends the row at the next Step (its Done event has StopCancelled).
+// It is safe from any goroutine.
+func (r *Row) Cancel() { r.cancel.Store(true) }
+
+// Event is what one Step did for one row: tokens to deliver, in order,
+// and whether the row ended (its Stats are then final).
+type Event struct {
+	Row    *Row
+	Tokens []Token
+	Done   bool
+	Err    error
+}
+
+// NewBatch makes an empty batch over m.
+func NewBatch(m Model, o BatchOptions) (*Batch, error) {
+	if o.MaxRows == 0 {
+		o.MaxRows = DefaultMaxRows
+	}
+	if o.TokenBudget == 0 {
+		o.TokenBudget = DefaultPrefillChunkSize
+	}
+	if o.MaxRows < 0 || o.TokenBudget < 0 {
+		return nil, fmt.Errorf("generate: batch of %d rows, %d tokens per pass", o.MaxRows, o.TokenBudget)
+	}
+	if o.TokenBudget < o.MaxRows {
+		return nil, fmt.Errorf("generate: a token budget of %d cannot hold one decode token for each of %d rows", o.TokenBudget, o.MaxRows)
+	}
+	b := &Batch{m: m, o: o, be: o.Backend}
+	if b.be == nil {
+		if err := tensor.Try(func() { b.be = tensor.Default() }); err != nil {
+			return nil, err
+		}
+	}
+	b.runner, _ = b.be.(StepRunner)
+	b.mem, _ = b.be.(MemoryInfo)
+	return b, nil
+}
+
+// Add queues a request: it is validated as Generate validates it (the
+// errors are the caller's) and joins the batch at the next Step with
+// room. opts.Backend is ignored (the batch's backend runs every row).
+func (b *Batch) Add(ctx context.Context, prompt []int32, opts *Options) (*Row, error) {
+	if b.closed {
+		return nil, errors.New("generate: batch closed")
+	}
+	p, err := prepare(b.m, prompt, opts, b.be)
+	if err != nil {
+		return nil, err
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	r := &Row{ID: b.nextID, ctx: ctx, plan: p.plan, quant: p.quant, mem: p.mem}
+	b.nextID++
+	r.q = newSeq(prompt, p.o, b.m.VocabSize(), p.smp, p.cached)
+	r.caches = p.o.Caches
+	b.waiting = append(b.waiting, r)
+	return r, nil
+}
+
+// Idle reports whether no row is running or waiting.
+func (b *Batch) Idle() bool { return len(b.running) == 0 && len(b.waiting) == 0 }
+
+// Stats returns the batch's statistics so far.
+func (b *Batch) Stats() BatchStats {
+	st := b.stats
+	st.RowsRunning, st.RowsWaiting = len(b.running), len(b.waiting)
+	return st
+}
+
+// segment is one row's share of a pass.
+type segment struct {
+	r      *Row
+	ids    []int32
+	logits bool // the pass's last position of ids is sampled (else: prefill)
+}
+
+// Step runs one forward pass over the running rows (admitting waiting
+// ones first, ending cancelled ones) and returns what happened to each
+// row that did something. An error is returned only when the pass itself
+// failed: every row in it then ends with that error (their events say
+// so); a row's own failure (its grammar, say) ends that row alone.
+func (b *Batch) Step() (events []Event, err error) {
+	if b.closed {
+		return nil, errors.New("generate: batch closed")
+	}
+	events = b.reap(events)
+	for len(b.running) < b.o.MaxRows && len(b.waiting) > 0 {
+		r := b.waiting[0]
+		b.waiting = b.waiting[1:]
+		events = b.admit(r, events)
+	}
+	segs, events := b.plan(events)
+	if len(segs) == 0 {
+		b.compact()
+		return events, nil
+	}
+	ev, err := b.pass(segs)
+	events = append(events, ev...)
+	b.compact()
+	return events, err
+}
+
+// reap ends rows whose context was cancelled or that were cancelled.
+func (b *Batch) reap(events []Event) []Event {
+	for _, list := range [][]*Row{b.running, b.waiting} {
+		for _, r := range list {
+			if r.phase != phaseDone && (r.cancel.Load() || r.ctx.Err() != nil) {
+				events = b.end(r, StopCancelled, r.ctx.Err(), events)
+			}
+		}
+	}
+	b.waiting = slices.DeleteFunc(b.waiting, func(r *Row) bool { return r.phase == phaseDone })
+	return events
+}
+
+// admit starts a row: its caches, then prefill (or the first step at
+// once, for a prompt of one token beyond what its caches hold).
+func (b *Batch) admit(r *Row, events []Event) []Event {
+	if r.caches == nil {
+		if err := tensor.Try(func() { r.caches = b.m.MakeCaches() }); err != nil {
+			return b.end(r, StopError, err, events)
+		}
+		r.owned = true
+	}
+	r.q.start = time.Now()
+	r.phase = phasePrefill
+	r.q.snapshot(r.caches)
+	b.running = append(b.running, r)
+	return events
+}
+
+// plan picks the pass's segments: every decoding row's next tokens, then
+// prefill chunks (or first steps) of the others, in row order, within the
+// token budget.
+func (b *Batch) plan(events []Event) ([]segment, []Event) {
+	var segs []segment
+	budget := b.o.TokenBudget
+	// A sampled row's grammar mask is host work: filled here, before the
+	// pass and outside Run.
+	sampled := func(r *Row, ids []int32) bool {
+		if err := r.q.fillMask(); err != nil {
+			events = b.end(r, StopError, err, events)
+			return false
+		}
+		segs = append(segs, segment{r: r, ids: ids, logits: true})
+		budget -= len(ids)
+		return true
+	}
+	for _, r := range b.running {
+		if r.phase == phaseDecode {
+			sampled(r, r.in)
+		}
+	}
+	for _, r := range b.running {
+		if r.phase != phasePrefill || budget <= 0 {
+			continue
+		}
+		if ids := r.q.nextChunk(min(budget, r.q.o.PrefillChunkSize)); ids != nil {
+			segs = append(segs, segment{r: r, ids: ids})
+			budget -= len(ids)
+			continue
+		}
+		in, lead, stop, err := r.q.firstStep()
+		if err != nil {
+			events = b.end(r, StopError, err, events)
+			continue
+		}
+		if len(lead) > 0 || stop != "" {
+			events = append(events, b.deliver(r, lead))
+		}
+		if stop != "" {
+			events = b.end(r, stop, nil, events)
+			continue
+		}
+		if len(in) > budget && len(segs) > 0 {
+			// The first step and its forced tokens go in one pass (as
+			// alone); wait for a pass with room.
+			r.phase, r.in = phaseDecode, in
+			continue
+		}
+		r.phase, r.in = phaseDecode, in
+		sampled(r, in)
+	}
+	return segs, events
+}
+
+// pass runs segs through the model as one forward pass and samples the
+// rows that asked for logits.
+func (b *Batch) pass(segs []segment) (events []Event, err error) {
+	var ids []int32
+	lens := make([]int, len(segs))
+	for i, s := range segs {
+		ids = append(ids, s.ids...)
+		lens[i] = len(s.ids)
+	}
+	b.stats.Steps++
+	b.stats.Tokens += len(ids)
+	b.stats.LastStepTokens = len(ids)
+	b.stats.MaxRows = max(b.stats.MaxRows, len(segs))
+	fail := func(err error) ([]Event, error) {
+		for _, s := range segs {
+			if s.r.phase != phaseDone {
+				events = b.end(s.r, StopError, err, events)
+			}
+		}
+		return events, err
+	}
+	err = b.onBackend(func() error {
+		sc := tensor.NewScope()
+		defer sc.Close()
+		caches := b.layerCaches(segs, lens)
+		h, err := b.m.Forward(tensor.FromInt32On(b.be, ids, []int{1, len(ids)}), caches)
+		if err != nil {
+			return err
+		}
+		var last []int32 // the positions whose logits are sampled
+		start := 0
+		for _, s := range segs {
+			start += len(s.ids)
+			if s.logits {
+				last = append(last, int32(start-1))
+			}
+		}
+		var logits *tensor.Array
+		if len(last) > 0 {
+			hs := h
+			if len(last) != h.Dim(1) {
+				hs = tensor.Take(h, tensor.FromInt32On(b.be, last, []int{len(last)}), 1)
+			}
+			if logits, err = b.m.Logits(hs); err != nil {
+				return err
+			}
+			logits = tensor.Reshape(logits, len(last), logits.Dim(-1))
+		} else {
+			tensor.Eval(h)
+		}
+		for _, s := range segs {
+			if s.r.quant {
+				if _, err := kv.MaybeQuantize(s.r.caches, s.r.plan); err != nil {
+					return err
+				}
+			}
+		}
+		row := 0
+		for _, s := range segs {
+			if !s.logits {
+				continue
+			}
+			s.r.q.stats.DecodeSteps++
+			p, err := s.r.q.sample(tensor.SliceAxis(logits, 0, row, row+1))
+			row++
+			if err != nil {
+				events = b.end(s.r, StopError, err, events)
+				continue
+			}
+			s.r.q.cur = p
+		}
+		return nil
+	})
+	if err != nil {
+		return fail(err)
+	}
+	now := time.Now()
+	for _, s := range segs {
+		r, q := s.r, s.r.q
+		if r.phase == phaseDone {
+			continue
+		}
+		if !s.logits {
+			q.prefilled(s.ids, r.caches)
+			continue
+		}
+		var res = q.read()
+		q.noteRead(now)
+		q.fed(s.ids...)
+		q.snapshot(r.caches)
+		toks, stop, err := q.accept(res)
+		if err != nil {
+			events = b.end(r, StopError, err, events)
+			continue
+		}
+		if stop == "" {
+			events = append(events, b.deliver(r, toks))
+			stop = q.done()
+		}
+		if stop != "" {
+			events = b.end(r, stop, nil, events)
+			continue
+		}
+		r.in = q.next
+	}
+	if b.stats.Steps%256 == 0 && b.mem != nil {
+		_ = b.mem.ClearCache()
+	}
+	return events, nil
+}
+
+// layerCaches makes each layer's cache for the pass: the lone row's own
+// caches, or a kv.Rows view over the rows' caches of that layer.
+func (b *Batch) layerCaches(segs []segment, lens []int) []kv.Cache {
+	if len(segs) == 1 {
+		return segs[0].r.caches
+	}
+	n := len(segs[0].r.caches)
+	out := make([]kv.Cache, n)
+	row := make([]kv.Cache, len(segs))
+	for l := range n {
+		if segs[0].r.caches[l] == nil {
+			continue
+		}
+		for i, s := range segs {
+			row[i] = s.r.caches[l]
+		}
+		out[l] = kv.NewRows(row, lens)
+	}
+	return out
+}
+
+// deliver makes a row's event for toks, counting them.
+func (b *Batch) deliver(r *Row, toks []Token) Event {
+	r.q.stats.GeneratedTokens += len(toks)
+	b.stats.GeneratedTokens += len(toks)
+	return Event{Row: r, Tokens: toks}
+}
+
+// end finishes a row with reason (and err), frees what it owns and adds
+// its Done event.
+func (b *Batch) end(r *Row, reason string, err error, events []Event) []Event {
+	if r.phase == phaseDone {
+		return events
+	}
+	r.phase = phaseDone
+	r.err = err
+	r.q.finish(reason)
+	if r.mem != nil {
+		if p, e := r.mem.PeakMemory(); e == nil {
+			r.q.stats.PeakMemory = p
+		}
+	}
+	r.release()
+	return append(events, Event{Row: r, Done: true, Err: err})
+}
+
+// release frees the row's steps in flight, sampler and owned caches.
+func (r *Row) release() {
+	if r.freed {
+		return
+	}
+	r.freed = true
+	r.q.freeSteps()
+	r.q.smp.Free()
+	if r.owned {
+		for _, c := range r.caches {
+			if c != nil {
+				c.Free()
+			}
+		}
+	}
+	r.caches = nil
+}
+
+// compact drops ended rows from the running list.
+func (b *Batch) compact() {
+	b.running = slices.DeleteFunc(b.running, func(r *Row) bool { return r.phase == phaseDone })
+}
+
+// onBackend runs f inside the backend's Run when it is a StepRunner.
+func (b *Batch) onBackend(f func() error) (err error) {
+	defer tensor.Recover(&err)
+	if b.runner == nil {
+		return f()
+	}
+	b.runner.Run(func() { err = f() })
+	return err
+}
+
+// Close ends every row still running or waiting (StopCancelled) and
+// frees what they own.
+func (b *Batch) Close() {
+	if b.closed {
+		return
+	}
+	for _, r := range append(b.running, b.waiting...) {
+		if r.phase != phaseDone {
+			r.q.finish(StopCancelled)
+			r.phase = phaseDone
+		}
+		r.release()
+	}
+	b.running, b.waiting = nil, nil
+	b.closed = true
+}

@@ -1,0 +1,340 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/sampler"
+	"github.com/mlxgo/mlxgo/tokenizer"
+)
+
+func init() {
+	register(&command{
+		name:    "batch",
+		summary: "generate for many prompts at once (JSON lines in, JSON lines out)",
+		run:     runBatch,
+	})
+}
+
+// batchLine is one input line of `mlxgo batch`: each field means what the
+// generate flag of that name means.
+type batchLine struct {
+	ID                json.RawMessage `json:"id"`
+	Prompt            *string         `json:"prompt"`
+	PromptIDs         []int32         `json:"prompt_ids"`
+	System            string          `json:"system"`
+	Raw               bool            `json:"raw"`
+	MaxTokens         *int            `json:"max_tokens"`
+	Temp              float64         `json:"temp"`
+	TopP              float64         `json:"top_p"`
+	TopK              int             `json:"top_k"`
+	MinP              float64         `json:"min_p"`
+	Seed              *uint64         `json:"seed"`
+	RepetitionPenalty float64         `json:"repetition_penalty"`
+	Stop              []string        `json:"stop"`
+	Logprobs          int             `json:"logprobs"`
+	JSONSchema        json.RawMessage `json:"json_schema"`
+	JoinAtStep        int             `json:"join_at_step"`
+}
+
+// batchRow is one input's state while the batch runs.
+type batchRow struct {
+	in      batchLine
+	row     *generate.Row
+	ids     []int32
+	lps     []tokenLogprobs
+	text    strings.Builder
+	detok   *tokenizer.Detokenizer
+	stopper *generate.StopMatcher
+	stopped bool // a stop string was generated
+}
+
+// runBatch reads one request per JSON line, runs them all through one
+// generate.Batch (each joining at its join_at_step) and writes one JSON
+// line per input, in input order, with generate --json's fields, then a
+// summary line.
+func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	var dir, input, backend string
+	var maxBatch, budget int
+	var copyWeights bool
+	fl := newFlags("batch", stderr)
+	fl.StringVar(&dir, "model", "", "model: a folder, a cached repo id, or demo / demo-q4 (default: the built-in demo model)")
+	fl.StringVar(&input, "input", "", "JSON-lines file of requests (- for stdin)")
+	fl.IntVar(&maxBatch, "max-batch", generate.DefaultMaxRows, "rows generating at once")
+	fl.IntVar(&budget, "token-budget", generate.DefaultPrefillChunkSize, "tokens per forward pass (decode tokens first, then prefill chunks)")
+	fl.StringVar(&backend, "backend", "auto", "compute backend: cpu, mlx, or auto")
+	fl.BoolVar(&copyWeights, "copy-weights", false, "copy weights into memory instead of mapping the files")
+	fl.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: mlxgo batch [--model MODEL] --input FILE.jsonl [--max-batch N]")
+		fmt.Fprintln(stderr, `Each line: {"id": ..., "prompt": "..." | "prompt_ids": [...], "max_tokens", "temp", "top_p", "top_k", "min_p", "seed", "repetition_penalty", "stop", "logprobs", "json_schema", "raw", "system", "join_at_step"}`)
+		fl.PrintDefaults()
+	}
+	if err := parseFlags(fl, args); err != nil {
+		return err
+	}
+	if input == "" || fl.NArg() > 0 {
+		return fmt.Errorf("%w: give --input FILE.jsonl (and no arguments)", errUsage)
+	}
+	if maxBatch <= 0 || budget < maxBatch {
+		return fmt.Errorf("%w: --max-batch must be > 0 and --token-budget at least --max-batch", errUsage)
+	}
+	lines, err := readBatchInput(input, stdin)
+	if err != nil {
+		return err
+	}
+	if dir == "" {
+		fmt.Fprintf(stderr, "mlxgo: no --model given; using the built-in demo model\n")
+	}
+	if dir, err = resolveModel(dir); err != nil {
+		return err
+	}
+	var tok *tokenizer.Tokenizer
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err == nil {
+		if tok, err = tokenizer.Load(dir); err != nil {
+			return err
+		}
+	}
+	m, be, err := loadModel(dir, backend, copyWeights, stderr)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	info := m.Info()
+	eos := toInt32s(eosIDs(info.EOS, tok))
+	gm := generate.Wrap(m, info.Vocab)
+	b, err := generate.NewBatch(gm, generate.BatchOptions{MaxRows: maxBatch, TokenBudget: budget, Backend: be})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+
+	rows := make([]*batchRow, len(lines))
+	byRow := map[*generate.Row]*batchRow{}
+	pending := make([]*generate.Options, len(lines))
+	prompts := make([][]int32, len(lines))
+	for i, ln := range lines {
+		r := &batchRow{in: ln, stopper: generate.NewStopMatcher(ln.Stop...)}
+		if tok != nil {
+			r.detok = tok.NewDetokenizer(true)
+		}
+		rows[i] = r
+		opts, ids, err := batchRequest(ln, tok, info.Vocab, info.EOS, eos, stderr)
+		if err != nil {
+			return fmt.Errorf("input line %d: %w", i+1, err)
+		}
+		pending[i], prompts[i] = opts, ids
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	start := time.Now()
+	added := 0
+	for step := 0; ; step++ {
+		for i, r := range rows {
+			if r.row == nil && r.in.JoinAtStep <= step {
+				row, err := b.Add(ctx, prompts[i], pending[i])
+				if errors.Is(err, sampler.ErrInvalidParams) {
+					return fmt.Errorf("%w: input line %d: %v", errUsage, i+1, err)
+				}
+				if err != nil {
+					return fmt.Errorf("input line %d: %w", i+1, err)
+				}
+				r.row, byRow[row] = row, r
+				added++
+			}
+		}
+		if added == len(rows) && b.Idle() {
+			break
+		}
+		evs, err := b.Step()
+		if err != nil {
+			return err
+		}
+		for _, ev := range evs {
+			r := byRow[ev.Row]
+			r.add(ev.Tokens)
+			if ev.Done && ev.Err != nil && !r.stopped && !errors.Is(ev.Err, context.Canceled) {
+				return fmt.Errorf("input line %d: %w", indexOf(rows, r)+1, ev.Err)
+			}
+			if ev.Done {
+				r.flush()
+			}
+		}
+		if ctx.Err() != nil && b.Idle() {
+			break
+		}
+	}
+	wall := time.Since(start).Seconds()
+	enc := json.NewEncoder(stdout)
+	for _, r := range rows {
+		st := r.row.Stats()
+		if r.stopped {
+			st.StopReason = "stop"
+		}
+		out := struct {
+			ID       json.RawMessage `json:"id,omitempty"`
+			IDs      []int32         `json:"ids"`
+			Text     string          `json:"text"`
+			Logprobs []tokenLogprobs `json:"logprobs,omitempty"`
+			Stats    jsonStats       `json:"stats"`
+		}{r.in.ID, r.ids, r.text.String(), r.lps, jsonStats{st, be.Name()}}
+		if out.IDs == nil {
+			out.IDs = []int32{}
+		}
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+	}
+	bs := b.Stats()
+	tps := 0.0
+	if wall > 0 {
+		tps = float64(bs.GeneratedTokens) / wall
+	}
+	return enc.Encode(map[string]any{"summary": map[string]any{
+		"rows": len(rows), "generated_tokens": bs.GeneratedTokens, "wall_s": wall,
+		"decode_tokens_per_sec": tps, "max_batch": bs.MaxRows, "steps": bs.Steps,
+	}})
+}
+
+func indexOf(rows []*batchRow, r *batchRow) int {
+	for i, x := range rows {
+		if x == r {
+			return i
+		}
+	}
+	return -1
+}
+
+// add takes a row's delivered tokens: ids, logprobs and text (through the
+// stop matcher; a stop string cancels the row, and what follows it is
+// dropped).
+func (r *batchRow) add(toks []generate.Token) {
+	for _, t := range toks {
+		if r.stopped {
+			return
+		}
+		r.ids = append(r.ids, t.ID)
+		if r.in.Logprobs > 0 {
+			r.lps = append(r.lps, newTokenLogprobs(t))
+		}
+		if r.detok == nil {
+			continue
+		}
+		piece, hit := r.stopper.Add(r.detok.Add(int(t.ID)))
+		r.text.WriteString(piece)
+		if hit {
+			r.stopped = true
+			r.row.Cancel()
+		}
+	}
+}
+
+// flush ends the row's text once it is done.
+func (r *batchRow) flush() {
+	if r.detok == nil || r.stopped {
+		return
+	}
+	piece, hit := r.stopper.Add(r.detok.Flush())
+	r.text.WriteString(piece)
+	if !hit {
+		r.text.WriteString(r.stopper.Flush())
+	} else {
+		r.stopped = true
+	}
+}
+
+// readBatchInput parses the JSON lines (blank lines skipped; unknown
+// fields refused, so a typo is not silently ignored).
+func readBatchInput(path string, stdin io.Reader) ([]batchLine, error) {
+	var rd io.Reader = stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		rd = f
+	}
+	sc := bufio.NewScanner(rd)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	var out []batchLine
+	for n := 1; sc.Scan(); n++ {
+		raw := bytes.TrimSpace(sc.Bytes())
+		if len(raw) == 0 {
+			continue
+		}
+		var ln batchLine
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&ln); err != nil {
+			return nil, fmt.Errorf("%w: input line %d: %v", errUsage, n, err)
+		}
+		if (ln.Prompt == nil) == (ln.PromptIDs == nil) {
+			return nil, fmt.Errorf("%w: input line %d: give exactly one of prompt and prompt_ids", errUsage, n)
+		}
+		if ln.JoinAtStep < 0 || ln.Logprobs < 0 {
+			return nil, fmt.Errorf("%w: input line %d: join_at_step and logprobs must be ≥ 0", errUsage, n)
+		}
+		out = append(out, ln)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: %s holds no requests", errUsage, path)
+	}
+	return out, nil
+}
+
+// batchRequest turns an input line into generate options and prompt ids,
+// the way the generate verb turns its flags into them.
+func batchRequest(ln batchLine, tok *tokenizer.Tokenizer, vocab int, modelEOS []int, eos []int32, stderr io.Writer) (*generate.Options, []int32, error) {
+	f := genFlags{system: ln.System, raw: ln.Raw}
+	if ln.Prompt != nil {
+		f.prompt = *ln.Prompt
+	} else {
+		s := make([]string, len(ln.PromptIDs))
+		for i, id := range ln.PromptIDs {
+			s[i] = strconv.Itoa(int(id))
+		}
+		f.promptIDs = strings.Join(s, ",")
+	}
+	if len(ln.JSONSchema) > 0 {
+		f.gram.jsonSchema = string(ln.JSONSchema)
+		if s := strings.TrimSpace(f.gram.jsonSchema); !strings.HasPrefix(s, "{") {
+			return nil, nil, fmt.Errorf("%w: json_schema must be a JSON object", errUsage)
+		}
+	}
+	ids, err := promptTokens(&f, tok, stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	maxTokens := 256
+	if ln.MaxTokens != nil {
+		maxTokens = *ln.MaxTokens
+	}
+	params := sampler.Params{Temperature: ln.Temp, TopP: ln.TopP, TopK: ln.TopK, MinP: ln.MinP,
+		RepetitionPenalty: ln.RepetitionPenalty, TopLogprobs: ln.Logprobs, Logprobs: ln.Logprobs > 0, Seed: ln.Seed}
+	opts := &generate.Options{MaxTokens: maxTokens, Sampler: params, EOS: eos}
+	gram, err := f.gram.parse()
+	if err != nil {
+		return nil, nil, err
+	}
+	if gram != nil {
+		if err := useGrammar(gram, &f, tok, vocab, modelEOS, opts, stderr); err != nil {
+			return nil, nil, err
+		}
+	}
+	return opts, ids, nil
+}

@@ -19,7 +19,9 @@ type Attention struct {
 
 // Forward attends x [B, T, D] to the cache's contents plus itself with the
 // mask the caller computed for this layer's cache (LayerMask) and returns
-// [B, T, D]. A nil cache attends within x only.
+// [B, T, D]. A nil cache attends within x only. With a batched pass's
+// cache (kv.Rows), each row's tokens get their own positions, cache and
+// mask.
 func (a *Attention) Forward(x *tensor.Array, c kv.Cache, mask kv.Mask) *tensor.Array {
 	sc := tensor.NewScope()
 	defer sc.Close()
@@ -34,13 +36,10 @@ func (a *Attention) Forward(x *tensor.Array, c kv.Cache, mask kv.Mask) *tensor.A
 	q := heads(a.Q, a.Heads, a.QNorm)
 	k := heads(a.K, a.KVHeads, a.KNorm)
 	v := heads(a.V, a.KVHeads, nil)
-	offset := 0
-	if c != nil {
-		offset = c.Offset()
-	}
 	if a.Rope != nil {
-		q = a.Rope.Apply(q, offset)
-		k = a.Rope.Apply(k, offset)
+		spans := kv.Spans(c, t) // a batched pass has one offset per row
+		q = a.Rope.ApplySpans(q, spans)
+		k = a.Rope.ApplySpans(k, spans)
 	}
 	o := Attend(q, k, v, c, mask, a.Scale)
 	o = tensor.Reshape(tensor.Transpose(o, 0, 2, 1, 3), b, t, a.Heads*a.HeadDim)
@@ -54,7 +53,7 @@ func Attend(q, k, v *tensor.Array, c kv.Cache, mask kv.Mask, scale float32) *ten
 		return tensor.ScaledDotProductAttention(q, k, v, mask.Options(scale))
 	}
 	got := c.UpdateAndFetch(k, v)
-	return kv.Attention(q, got, mask.Options(scale))
+	return kv.Attend(q, got, mask, tensor.SDPAOptions{Scale: scale})
 }
 
 // LayerMask is the mask for t new tokens of the layer whose cache is

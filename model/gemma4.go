@@ -217,13 +217,14 @@ func (m *Gemma4) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOpti
 	if m.PLE != nil {
 		ple = m.PLE.inputs(ids, h) // [B, T, layers, width]
 	}
-	offset := 0
+	var first kv.Cache // every cache is at the same position (per row, for a batched pass)
 	for _, c := range caches {
 		if c != nil {
-			offset = c.Offset()
+			first = c
 			break
 		}
 	}
+	spans := kv.Spans(first, t)
 	// one mask per layer type, from the first layer of that type that
 	// owns a cache (all of them are in the same state)
 	masks := map[string]kv.Mask{}
@@ -246,7 +247,7 @@ func (m *Gemma4) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOpti
 		if b.spec.Shared {
 			donor = kvs[b.spec.Donor]
 		}
-		h, kvs[i] = b.forward(h, c, masks[b.spec.Type], offset, donor, pli)
+		h, kvs[i] = b.forward(h, c, masks[b.spec.Type], spans, donor, pli)
 	}
 	return sc.Keep(m.Norm.Forward(h))
 }
@@ -279,14 +280,14 @@ func (m *Gemma4) embed(ids *tensor.Array, opts *ForwardOptions) *tensor.Array {
 // values for KV-sharing layers. It returns the new hidden states and the
 // keys and values this layer attended to (cache views, or arrays left in
 // the caller's scope when there is no cache) for layers that share them.
-func (b *gemma4Block) forward(x *tensor.Array, c kv.Cache, mask kv.Mask, offset int, shared kv.KV, pli *tensor.Array) (*tensor.Array, kv.KV) {
+func (b *gemma4Block) forward(x *tensor.Array, c kv.Cache, mask kv.Mask, spans []kv.Span, shared kv.KV, pli *tensor.Array) (*tensor.Array, kv.KV) {
 	sc := tensor.NewScope()
 	defer sc.Close()
 	bs, t := x.Dim(0), x.Dim(1)
 	hd := b.spec.HeadDim
 	n := b.InNorm.Forward(x)
 	q := tensor.Reshape(b.Q.Forward(n), bs, t, b.heads, hd)
-	q = b.Rope.Apply(tensor.Transpose(b.QNorm.Forward(q), 0, 2, 1, 3), offset)
+	q = b.Rope.ApplySpans(tensor.Transpose(b.QNorm.Forward(q), 0, 2, 1, 3), spans)
 	got := shared
 	var keepKV []*tensor.Array
 	if !b.spec.Shared {
@@ -295,7 +296,7 @@ func (b *gemma4Block) forward(x *tensor.Array, c kv.Cache, mask kv.Mask, offset 
 		if b.V != nil {
 			vr = tensor.Reshape(b.V.Forward(n), bs, t, b.spec.KVHeads, hd)
 		}
-		k := b.Rope.Apply(tensor.Transpose(b.KNorm.Forward(kr), 0, 2, 1, 3), offset)
+		k := b.Rope.ApplySpans(tensor.Transpose(b.KNorm.Forward(kr), 0, 2, 1, 3), spans)
 		v := tensor.Transpose(b.VNorm.Forward(vr), 0, 2, 1, 3)
 		if c != nil {
 			got = c.UpdateAndFetch(k, v)
@@ -304,7 +305,7 @@ func (b *gemma4Block) forward(x *tensor.Array, c kv.Cache, mask kv.Mask, offset 
 			keepKV = []*tensor.Array{k, v}
 		}
 	}
-	o := kv.Attention(q, got, mask.Options(b.attnScale))
+	o := kv.Attend(q, got, mask, tensor.SDPAOptions{Scale: b.attnScale})
 	o = tensor.Reshape(tensor.Transpose(o, 0, 2, 1, 3), bs, t, b.heads*hd)
 	r := tensor.Add(x, b.PostAttnNorm.Forward(b.O.Forward(o)))
 

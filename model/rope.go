@@ -3,6 +3,7 @@ package model
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/mlxgo/mlxgo/kv"
 	"math"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -69,6 +70,22 @@ type Rope struct {
 // Apply rotates x [B, H, T, D] for positions offset, offset+1, ...
 func (r *Rope) Apply(x *tensor.Array, offset int) *tensor.Array {
 	return tensor.RoPE(x, tensor.RoPEOptions{Dims: r.Dims, Traditional: r.Traditional, Base: r.Base, Scale: r.Scale, Offset: offset, Freqs: r.Freqs})
+}
+
+// ApplySpans rotates x [B, H, T, D] whose tokens divide into spans (see
+// kv.Spans): each span's tokens at its own offset, exactly as Apply
+// rotates that span alone.
+func (r *Rope) ApplySpans(x *tensor.Array, spans []kv.Span) *tensor.Array {
+	if len(spans) == 1 {
+		return r.Apply(x, spans[0].Offset)
+	}
+	sc := tensor.NewScope()
+	defer sc.Close()
+	parts := make([]*tensor.Array, len(spans))
+	for i, s := range spans {
+		parts[i] = r.Apply(tensor.SliceAxis(x, 2, s.Start, s.Start+s.Len), s.Offset)
+	}
+	return sc.Keep(tensor.Concatenate(parts, 2))
 }
 
 // NewRope builds the rope for dims rotated features: "default" and

@@ -29,6 +29,36 @@ func BenchmarkMatmulF32(b *testing.B) { benchMatmul(b, tensor.Float32) }
 // BenchmarkMatmulBF16 is the same product in bfloat16 (computed in float32).
 func BenchmarkMatmulBF16(b *testing.B) { benchMatmul(b, tensor.BFloat16) }
 
+// BenchmarkMatmulDecode is a dense Linear layer (x·Wᵀ, W [2048, 2048]) at
+// decode batch sizes: weights from DRAM (a set of copies of at least 128
+// MiB is cycled through), GB/s counting the weight bytes read.
+func BenchmarkMatmulDecode(b *testing.B) {
+	const n, k = 2048, 2048
+	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+		r := rand.New(rand.NewPCG(3, 3))
+		ws := make([]*tensor.Array, (qmvStreamBytes+n*k*dt.Size()-1)/(n*k*dt.Size()))
+		for i := range ws {
+			w := tensor.FromFloat32(randF32(r, n*k), []int{n, k}, dt)
+			ws[i] = tensor.Transpose(w)
+			w.Free()
+		}
+		for _, m := range []int{1, 4, 8} {
+			b.Run(fmt.Sprintf("%s_batch%d", dt, m), func(b *testing.B) {
+				x := tensor.FromFloat32(randF32(r, m*k), []int{m, k}, dt)
+				defer x.Free()
+				for b.Loop() {
+					for _, w := range ws {
+						tensor.Matmul(x, w).Free()
+					}
+				}
+				prods := float64(b.N * len(ws))
+				b.ReportMetric(float64(n*k*dt.Size())*prods/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+		}
+		tensor.Free(ws...)
+	}
+}
+
 // qmvStreamBytes is how much distinct packed weight BenchmarkQMatvec4bit
 // cycles through per batch-1 iteration: four times the 32 MiB L3, so that,
 // as in a real decode step over a model's layers, the weights come from

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"runtime"
 	"unsafe"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -9,7 +10,9 @@ import (
 // Dense matmul. Operands are read through their strides (a transposed view
 // costs nothing extra): blocks of A and B are packed into float32 panels
 // (which also widens bfloat16 and float16), and an 8×32 micro-kernel
-// accumulates in float32. Matrix-vector products (decode) skip packing.
+// accumulates in float32. A few rows against a transposed weight (decode)
+// skip packing B and transpose it in registers instead (gemvT), with the
+// same arithmetic.
 
 const (
 	mr = 8   // micro-kernel rows
@@ -101,10 +104,8 @@ func (be *Backend) Matmul(a, b *tensor.Array, shape []int) *tensor.Array {
 		}
 		if k == 0 {
 			clear(cm)
-		} else if m == 1 {
-			matvec(cm, &av, &bv, k, n)
 		} else {
-			gemm(cm, &av, &bv, m, n, k)
+			gemmDispatch(cm, &av, &bv, m, n, k)
 		}
 		if dt != tensor.Float32 {
 			es := dt.Size()
@@ -127,55 +128,123 @@ func bcastStrides(batch, src, strides []int) []int {
 	return out
 }
 
-// matvec computes c[0:n] = a[0, :] · B for a 1×k row.
-func matvec(c []float32, a, b *mview, k, n int) {
-	x := make([]float32, k)
-	a.run(x, 0, 0, false)
-	switch {
-	case b.rs == 1 && b.cs != 1:
-		// B's columns are contiguous (a transposed weight): one dot per column
-		parallelFor(n, 64, func(lo, hi int) {
-			col := make([]float32, k)
-			k64 := k &^ 63
-			es := b.dt.Size()
-			for j := lo; j < hi; j++ {
-				p := b.off + j*b.cs
-				switch {
-				case hasAVX512 && b.dt == tensor.BFloat16 && k64 > 0:
-					u := u16s(b.data[p*es : (p+k)*es])
-					s := sdotbf16(&x[0], &u[0], k64)
-					for t := k64; t < k; t++ {
-						s += x[t] * tensor.BF16ToF32(u[t])
-					}
-					c[j] = s
-				case hasAVX512 && b.dt == tensor.Float32 && k64 > 0:
-					f := f32s(b.data[p*es : (p+k)*es])
-					s := sdot(&x[0], &f[0], k64)
-					for t := k64; t < k; t++ {
-						s += x[t] * f[t]
-					}
-					c[j] = s
-				default:
-					b.run(col, 0, j, true)
-					c[j] = dot32(x, col)
-				}
-			}
-		})
-	default:
-		// rows of B: c += x[t]·B[t, :], each worker owning a column range
-		parallelFor(n, 256, func(lo, hi int) {
-			row := make([]float32, hi-lo)
-			cc := c[lo:hi]
-			clear(cc)
-			for t := range k {
-				b.run(row, t, lo, false)
-				xt := x[t]
-				for j, v := range row {
-					cc[j] += xt * v
-				}
-			}
-		})
+// The order of a product's arithmetic is fixed per output element, so a
+// row's result does not depend on how many rows the call holds (a T-token
+// prefill equals T one-token steps bit for bit), nor on the worker count:
+// c[i, j] = Σ over k blocks of kc (in order) of that block's float32 FMA
+// chain a[i, p]·b[p, j], p ascending from zero, each block's sum added to
+// c in turn. Every path below (gemvT and gemmFew for a few rows, gemm for
+// many) computes exactly that, and work is split over rows and columns
+// only. (Without AVX-512 the portable micro-kernel rounds the product and
+// the sum separately: the same order, other bits, on every path alike.)
+
+// gemmDispatch computes c (m×n, dense) = A·B.
+func gemmDispatch(c []float32, a, b *mview, m, n, k int) {
+	if m <= gemvMaxRows && hasAVX512 && packKind(b.dt) >= 0 && b.rs == 1 && b.cs > 1 {
+		gemvT(c, a, b, m, n, k)
+		return
 	}
+	if m <= mc {
+		gemmFew(c, a, b, m, n, k)
+		return
+	}
+	gemm(c, a, b, m, n, k)
+}
+
+// gemvMaxRows is the most rows gemvT takes: past it, packing B once for
+// every row (gemmFew) costs less than transposing it per row group.
+const gemvMaxRows = 8
+
+// gemvZeros stands in for the weight rows past n in gemvT's last group.
+var gemvZeros [kc * 4]byte
+
+// gemvT is the product for a few rows of A with a B whose columns are
+// contiguous (x·Wᵀ for a weight W [N, K], as in decode): each worker takes
+// groups of 16 columns and runs gemvT16 over them block by block, reading
+// the weights once, in order, with no packing.
+func gemvT(c []float32, a, b *mview, m, n, k int) {
+	kp := (k + 15) &^ 15
+	x := make([]float32, m*kp) // zero past k: the kernel's tail reads it
+	for i := range m {
+		a.run(x[i*kp:i*kp+k], i, 0, false)
+	}
+	kind, es := packKind(b.dt), b.dt.Size()
+	groups := (n + 15) / 16
+	grain := max(1, (1<<17)/max(1, k*16))
+	zero := uintptr(unsafe.Pointer(&gemvZeros[0]))
+	parallelFor(groups, grain, func(lo, hi int) {
+		var rows [16]uintptr
+		acc := make([]float32, m*16)
+		for g := lo; g < hi; g++ {
+			j0 := g * 16
+			nv := min(16, n-j0)
+			for p0 := 0; p0 < k; p0 += kc {
+				for i := range rows {
+					rows[i] = zero
+					if i < nv {
+						rows[i] = uintptr(unsafe.Pointer(&b.data[(b.off+p0*b.rs+(j0+i)*b.cs)*es]))
+					}
+				}
+				clear(acc)
+				gemvT16(&acc[0], &x[p0], 4*kp, &rows[0], min(kc, k-p0), kind, m)
+				for i := range m {
+					row := c[i*n+j0 : i*n+j0+nv]
+					if p0 == 0 {
+						copy(row, acc[i*16:])
+						continue
+					}
+					for j := range row {
+						row[j] += acc[i*16+j]
+					}
+				}
+			}
+		}
+		runtime.KeepAlive(b.data)
+	})
+}
+
+// gemmFew is gemm for at most mc rows (decode, small batches): A is packed
+// once for every k block, and each worker takes whole column panels,
+// packing a panel's block of B into a buffer that stays in L1 and using
+// it at once for every row.
+func gemmFew(c []float32, a, b *mview, m, n, k int) {
+	clear(c)
+	mp := (m + mr - 1) / mr * mr
+	ap := make([]float32, mp*k)
+	for p0 := 0; p0 < k; p0 += kc {
+		packA(ap[p0*mp:], a, 0, p0, m, min(kc, k-p0))
+	}
+	panels := (n + nr - 1) / nr
+	// enough panels per task to outweigh starting it
+	grain := max(1, (1<<18)/max(1, mp*k*nr))
+	parallelFor(panels, grain, func(lo, hi int) {
+		bp := make([]float32, kc*nr)
+		tile := make([]float32, mr*nr)
+		for pj := lo; pj < hi; pj++ {
+			jj := pj * nr
+			nw := min(nr, n-jj)
+			for p0 := 0; p0 < k; p0 += kc {
+				kb := min(kc, k-p0)
+				packPanel(bp, b, p0, jj, kb, nw)
+				for ir := 0; ir < m; ir += mr {
+					mh := min(mr, m-ir)
+					apan := ap[p0*mp+ir*kb:]
+					if mh == mr && nw == nr {
+						microKernel(kb, apan, bp, c[ir*n+jj:], n)
+						continue
+					}
+					clear(tile)
+					microKernel(kb, apan, bp, tile, nr)
+					for i := range mh {
+						row := c[(ir+i)*n+jj:]
+						for j := range nw {
+							row[j] += tile[i*nr+j]
+						}
+					}
+				}
+			}
+		}
+	})
 }
 
 // gemm computes c (m×n, dense) = A·B with packed blocks.
@@ -257,34 +326,66 @@ func packA(ap []float32, a *mview, i0, p0, mb, kb int) {
 func packB(bp []float32, b *mview, p0, j0, kb, nb int) {
 	panels := (nb + nr - 1) / nr
 	parallelFor(panels, 4, func(lo, hi int) {
-		tmp := make([]float32, max(kb, nr))
 		for pj := lo; pj < hi; pj++ {
-			pan := bp[pj*nr*kb : (pj+1)*nr*kb]
-			w := min(nr, nb-pj*nr)
-			if b.cs == 1 || b.rs != 1 {
-				// rows of the panel are runs along B's columns
-				for p := range kb {
-					dst := pan[p*nr : p*nr+nr]
-					b.run(dst[:w], p0+p, j0+pj*nr, false)
-					clear(dst[w:])
-				}
-				continue
-			}
-			// B's columns are contiguous: read each down the rows
-			for j := range nr {
-				if j >= w {
-					for p := range kb {
-						pan[p*nr+j] = 0
-					}
-					continue
-				}
-				b.run(tmp[:kb], p0, j0+pj*nr+j, true)
-				for p, v := range tmp[:kb] {
-					pan[p*nr+j] = v
+			packPanel(bp[pj*nr*kb:(pj+1)*nr*kb], b, p0, j0+pj*nr, kb, min(nr, nb-pj*nr))
+		}
+	})
+}
+
+// packPanel packs rows [p0, p0+kb) × cols [j0, j0+w) of B (w ≤ nr) as one
+// panel: for each p, nr values (zero past w).
+func packPanel(pan []float32, b *mview, p0, j0, kb, w int) {
+	pan = pan[:nr*kb]
+	if b.cs == 1 || b.rs != 1 {
+		// rows of the panel are runs along B's columns
+		for p := range kb {
+			dst := pan[p*nr : p*nr+nr]
+			b.run(dst[:w], p0+p, j0, false)
+			clear(dst[w:])
+		}
+		return
+	}
+	// B's columns are contiguous (a transposed weight): 16 columns at a
+	// time are transposed in registers, the rest read down the rows
+	j := 0
+	if kind := packKind(b.dt); hasAVX512 && kind >= 0 && b.cs > 0 && kb >= 16 {
+		es := b.dt.Size()
+		for ; j+16 <= w; j += 16 {
+			src := unsafe.Pointer(&b.data[(b.off+p0*b.rs+(j0+j)*b.cs)*es])
+			packT16(&pan[j], 4*nr, src, b.cs*es, kb/16, kind)
+			for p := kb &^ 15; p < kb; p++ {
+				for jj := j; jj < j+16; jj++ {
+					pan[p*nr+jj] = b.at(p0+p, j0+jj)
 				}
 			}
 		}
-	})
+	}
+	var tmp [kc]float32
+	for ; j < nr; j++ {
+		if j >= w {
+			for p := range kb {
+				pan[p*nr+j] = 0
+			}
+			continue
+		}
+		b.run(tmp[:kb], p0, j0+j, true)
+		for p, v := range tmp[:kb] {
+			pan[p*nr+j] = v
+		}
+	}
+}
+
+// packKind names dt for packT16 (-1: not a float type it reads).
+func packKind(dt tensor.DType) int {
+	switch dt {
+	case tensor.Float32:
+		return 0
+	case tensor.BFloat16:
+		return 1
+	case tensor.Float16:
+		return 2
+	}
+	return -1
 }
 
 // microKernel adds the product of a packed A panel (mr×kb) and a packed B

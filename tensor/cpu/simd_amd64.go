@@ -59,16 +59,6 @@ func detectAVX512() bool {
 //go:noescape
 func sgemm8x32(kc int, a, b, c *float32, ldc int)
 
-// sdot is a float32 dot product of n (a multiple of 64) values.
-//
-//go:noescape
-func sdot(a, b *float32, n int) float32
-
-// sdotbf16 is a dot product of float32 a with bfloat16 b, n a multiple of 64.
-//
-//go:noescape
-func sdotbf16(a *float32, b *uint16, n int) float32
-
 // qdot4x4 is qdot4 for 4 consecutive rows sharing the x loads.
 //
 //go:noescape

@@ -11,9 +11,7 @@ func qdot4(w *byte, x *float32, s, b, iota *float32, ng, cpg int) float32 { pani
 func qgemm4x8(w *byte, x *float32, s, b *float32, ng, cpg int, out *float32, ldo int) {
 	panic("unreachable")
 }
-func sgemm8x32(kc int, a, b, c *float32, ldc int)   { panic("unreachable") }
-func sdot(a, b *float32, n int) float32             { panic("unreachable") }
-func sdotbf16(a *float32, b *uint16, n int) float32 { panic("unreachable") }
+func sgemm8x32(kc int, a, b, c *float32, ldc int) { panic("unreachable") }
 
 func qdot4x4(w *byte, bpr int, x *float32, s, b *float32, iota *float32, ng, cpg int, out *float32) {
 	panic("unreachable")

@@ -67,11 +67,11 @@ func quantizedAttention(q *tensor.Array, kv *QuantKV, o tensor.SDPAOptions) *ten
 	return res[0]
 }
 
-// QuantSpec is one layer's KV quantization: Bits 0 leaves it unquantized.
-type QuantSpec struct {
-	Bits      int `json:"bits"`
-	GroupSize int `json:"group_size"`
-}
+// QuantSpec is one layer's KV quantization: Bits 0 leaves it
+// unquantized. It is tensor.QuantSpec, the one description of a
+// quantization that checkpoints and caches share, named here for the
+// plans and kv_config.json entries that carry it.
+type QuantSpec = tensor.QuantSpec
 
 // QuantPlan decides how each layer's cache is quantized: Default for every
 // layer, overridden per layer (from kv_config.json).

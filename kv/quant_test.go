@@ -116,11 +116,11 @@ func TestReadKVConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 3 || got[0] != (QuantSpec{8, 32}) || got[5] != (QuantSpec{4, 64}) || got[2].Bits != 0 {
+	if len(got) != 3 || got[0] != (QuantSpec{Bits: 8, GroupSize: 32}) || got[5] != (QuantSpec{Bits: 4, GroupSize: 64}) || got[2].Bits != 0 {
 		t.Fatalf("parsed %v", got)
 	}
 	plan := QuantPlan{Default: QuantSpec{Bits: 4, GroupSize: 64}, PerLayer: got}
-	if plan.For(0) != (QuantSpec{8, 32}) || plan.For(1) != (QuantSpec{4, 64}) {
+	if plan.For(0) != (QuantSpec{Bits: 8, GroupSize: 32}) || plan.For(1) != (QuantSpec{Bits: 4, GroupSize: 64}) {
 		t.Fatalf("plan gives %v, %v", plan.For(0), plan.For(1))
 	}
 	for _, bad := range []string{

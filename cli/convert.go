@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/mlxgo/mlxgo/model"
+	"github.com/mlxgo/mlxgo/quant"
 	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
@@ -22,14 +23,14 @@ func init() {
 	})
 }
 
-// runConvert wraps model.Convert. Overrides are MODULE=BITS[:GROUP] or
+// runConvert wraps quant.Convert. Overrides are MODULE=BITS[:GROUP] or
 // MODULE=false, MODULE matching a suffix of the module path
 // ("lm_head", "mlp.gate", "model.embed_tokens").
 func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fl := newFlags("convert", stderr)
 	src := fl.String("hf-path", "", "source folder (HF safetensors checkpoint) (required)")
 	dst := fl.String("mlx-path", "", "destination folder (required)")
-	quant := fl.BoolP("quantize", "q", false, "quantize linear and embedding weights")
+	quantize := fl.BoolP("quantize", "q", false, "quantize linear and embedding weights")
 	dequant := fl.BoolP("dequantize", "d", false, "expand an MLX-quantized checkpoint back to floating point (--dtype sets the type)")
 	bits := fl.Int("q-bits", 4, "bits per weight")
 	group := fl.Int("q-group-size", 64, "quantization group size")
@@ -37,7 +38,7 @@ func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	var overrides []string
 	fl.StringArrayVar(&overrides, "q-override", nil, "per-module quantization, MODULE=BITS[:GROUP] or MODULE=false (repeatable)")
 	backend := fl.String("backend", "cpu", "compute backend for quantizing and GPTQ calibration: cpu, mlx, or auto")
-	method := fl.String("q-method", model.MethodRTN, "rounding: rtn (min–max per group, as mlx-lm) or gptq (error-compensating, calibrated)")
+	method := fl.String("q-method", quant.MethodRTN, "rounding: rtn (min–max per group, as mlx-lm) or gptq (error-compensating, calibrated)")
 	var cal calibFlags
 	fl.StringVar(&cal.file, "calib-file", "", "gptq: calibration text (plain text, or JSON lines with a \"text\" field); default: text sampled from the model itself")
 	fl.IntVar(&cal.samples, "calib-samples", 32, "gptq: number of calibration sequences")
@@ -53,7 +54,7 @@ func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if *src == "" || *dst == "" {
 		return fmt.Errorf("%w: --hf-path and --mlx-path are required", errUsage)
 	}
-	opts := model.ConvertOptions{Quantize: *quant, Bits: *bits, GroupSize: *group}
+	opts := quant.ConvertOptions{Quantize: *quantize, Spec: tensor.QuantSpec{Bits: *bits, GroupSize: *group}}
 	if *dtype != "" {
 		dt, err := tensor.ParseDType(*dtype)
 		if err != nil || !dt.IsFloat() {
@@ -62,10 +63,10 @@ func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		opts.DType = dt
 	}
 	if *dequant {
-		if *quant {
+		if *quantize {
 			return fmt.Errorf("%w: --dequantize and --quantize exclude each other", errUsage)
 		}
-		if err := model.Dequantize(*src, *dst, opts.DType); err != nil {
+		if err := quant.Dequantize(*src, *dst, opts.DType); err != nil {
 			return err
 		}
 		_, err := fmt.Fprintf(stdout, "wrote %s\n", *dst)
@@ -77,11 +78,11 @@ func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%w: --q-override %q (want MODULE=BITS[:GROUP] or MODULE=false)", errUsage, o)
 		}
 		if val == "false" {
-			opts.Overrides = append(opts.Overrides, model.Override{Match: mod})
+			opts.Overrides = append(opts.Overrides, quant.Override{Match: mod})
 			continue
 		}
 		b, g, _ := strings.Cut(val, ":")
-		spec := &model.QuantSpec{GroupSize: *group}
+		spec := &tensor.QuantSpec{GroupSize: *group}
 		var err error
 		if spec.Bits, err = strconv.Atoi(b); err != nil {
 			return fmt.Errorf("%w: --q-override %q: bits %q", errUsage, o, b)
@@ -91,7 +92,7 @@ func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 				return fmt.Errorf("%w: --q-override %q: group size %q", errUsage, o, g)
 			}
 		}
-		opts.Overrides = append(opts.Overrides, model.Override{Match: mod, Spec: spec})
+		opts.Overrides = append(opts.Overrides, quant.Override{Match: mod, Spec: spec})
 	}
 	be, err := chooseBackend(*backend, stderr)
 	if err != nil {
@@ -99,9 +100,9 @@ func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	opts.Backend = be
 	switch *method {
-	case model.MethodRTN:
-	case model.MethodGPTQ:
-		if !*quant {
+	case quant.MethodRTN:
+	case quant.MethodGPTQ:
+		if !*quantize {
 			return fmt.Errorf("%w: --q-method gptq needs -q", errUsage)
 		}
 		if cal.samples < 1 || cal.seqLen < 2 {
@@ -111,11 +112,11 @@ func runConvert(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		opts.Method, opts.Calibration = model.MethodGPTQ, seqs
+		opts.Method, opts.Calibration = quant.MethodGPTQ, seqs
 	default:
 		return fmt.Errorf("%w: --q-method %q (want rtn or gptq)", errUsage, *method)
 	}
-	if err := model.Convert(*src, *dst, opts); err != nil {
+	if err := quant.Convert(*src, *dst, opts); err != nil {
 		return err
 	}
 	_, err = fmt.Fprintf(stdout, "wrote %s\n", *dst)
@@ -158,7 +159,7 @@ func calibration(src string, c calibFlags, be tensor.Backend, stderr io.Writer) 
 		}
 		defer m.Close()
 		fmt.Fprintf(stderr, "sampling %d calibration sequences of %d tokens from the model\n", c.samples, c.seqLen)
-		return model.SampleSequences(m, start, c.samples, c.seqLen, c.seed)
+		return quant.SampleSequences(m, start, c.samples, c.seqLen, c.seed)
 	}
 	text, err := readCalibText(c.file)
 	if err != nil {

@@ -8,6 +8,7 @@ require (
 	github.com/mlxgo/mlxgo/kv v0.0.0
 	github.com/mlxgo/mlxgo/mlxffi v0.0.0
 	github.com/mlxgo/mlxgo/model v0.0.0
+	github.com/mlxgo/mlxgo/quant v0.0.0
 	github.com/mlxgo/mlxgo/sampler v0.0.0
 	github.com/mlxgo/mlxgo/serve v0.0.0
 	github.com/mlxgo/mlxgo/tensor v0.0.0
@@ -32,6 +33,8 @@ replace github.com/mlxgo/mlxgo/kv => ../kv
 replace github.com/mlxgo/mlxgo/mlxffi => ../mlxffi
 
 replace github.com/mlxgo/mlxgo/model => ../model
+
+replace github.com/mlxgo/mlxgo/quant => ../quant
 
 replace github.com/mlxgo/mlxgo/sampler => ../sampler
 

@@ -3,7 +3,6 @@ package generate_test
 import (
 	"encoding/json"
 	"math"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -463,7 +462,7 @@ func TestJumpForwardExactRegex(t *testing.T) {
 }
 
 // TestJumpForwardExactF32 runs exact jump-forward on the demo model
-// converted to float32, where a multi-token forward pass matches single
+// loaded in float32, where a multi-token forward pass matches single
 // steps to float32 rounding: the tokens and text must equal free-running
 // step-by-step constrained greedy decoding on every schema and prompt,
 // with one forward pass fewer per forced token — the criterion on
@@ -475,11 +474,12 @@ func TestJumpForwardExactF32(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dst := filepath.Join(t.TempDir(), "f32")
-	if err := model.Convert(src, dst, model.ConvertOptions{DType: tensor.Float32}); err != nil {
+	fm, err := model.Load(src, &model.LoadOptions{DType: tensor.Float32})
+	if err != nil {
 		t.Fatal(err)
 	}
-	m := loadModel(t, dst, nil)
+	t.Cleanup(func() { fm.Close() })
+	m := generate.Wrap(fm, fm.Info().Vocab)
 	prompt := func(s string) []int32 { return c.Encode("<bos>" + s) }
 	forcedTotal := 0
 	for i, schema := range jumpSchemas {

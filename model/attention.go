@@ -12,7 +12,7 @@ import (
 type Attention struct {
 	Heads, KVHeads, HeadDim int
 	Scale                   float32
-	Q, K, V, O              *Linear
+	Q, K, V, O              Projection
 	QNorm, KNorm            *RMSNorm // nil when absent
 	Rope                    *Rope
 }
@@ -26,7 +26,7 @@ func (a *Attention) Forward(x *tensor.Array, c kv.Cache, mask kv.Mask) *tensor.A
 	sc := tensor.NewScope()
 	defer sc.Close()
 	b, t := x.Dim(0), x.Dim(1)
-	heads := func(l *Linear, n int, norm *RMSNorm) *tensor.Array {
+	heads := func(l Projection, n int, norm *RMSNorm) *tensor.Array {
 		y := tensor.Reshape(l.Forward(x), b, t, n, a.HeadDim)
 		if norm != nil {
 			y = norm.Forward(y)

@@ -43,12 +43,57 @@ func rewrite(t *testing.T, src string, edit func([]safetensors.Tensor) []safeten
 	return dst
 }
 
-func TestBadCheckpoints(t *testing.T) {
-	src := writeRandomLlama(t, 0.02)
-	q4 := t.TempDir()
-	if err := model.Convert(src, q4, model.ConvertOptions{Quantize: true}); err != nil {
+// quantizeCheckpoint writes a 4-bit (group 64) MLX copy of the float
+// checkpoint in src, every matrix rounded by tensor.Quantize: a quantized
+// checkpoint to damage, made without the quant module (which imports
+// model).
+func quantizeCheckpoint(t *testing.T, src string) string {
+	t.Helper()
+	set, err := safetensors.OpenDir(src)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer set.Close()
+	out := map[string]*tensor.Array{}
+	defer func() {
+		for _, a := range out {
+			a.Free()
+		}
+	}()
+	for _, n := range set.Names() {
+		a, err := set.Array(n, nil, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.NDim() != 2 || !strings.HasSuffix(n, ".weight") {
+			out[n] = a
+			continue
+		}
+		base := strings.TrimSuffix(n, ".weight")
+		out[n], out[base+".scales"], out[base+".biases"] = tensor.Quantize(a, 64, 4)
+		a.Free()
+	}
+	dst := t.TempDir()
+	if err := safetensors.WriteArrays(filepath.Join(dst, "model.safetensors"), out, map[string]string{"format": "mlx"}); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(src, "config.json"))
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	q := map[string]any{"group_size": 64, "bits": 4, "mode": "affine"}
+	m["quantization"], m["quantization_config"] = q, q
+	raw, _ = json.Marshal(m)
+	if err := os.WriteFile(filepath.Join(dst, "config.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+func TestBadCheckpoints(t *testing.T) {
+	src := writeRandomLlama(t, 0.02)
+	q4 := quantizeCheckpoint(t, src)
 	keep := func(ts []safetensors.Tensor) []safetensors.Tensor { return ts }
 	cases := []struct {
 		name string

@@ -43,7 +43,7 @@ func benchLlama1B() (*Llama, int, []*tensor.Array) {
 	lin := func(out, in int) *Linear {
 		wq, s, b := randQuant(r, out, in, &owned)
 		bytes += wq.NBytes() + s.NBytes() + b.NBytes()
-		return &Linear{Weight: wq, Scales: s, Biases: b, GroupSize: 64, Bits: 4}
+		return &Linear{Weight: wq, Scales: s, Biases: b, QuantSpec: tensor.QuantSpec{GroupSize: 64, Bits: 4}}
 	}
 	norm := func() *RMSNorm {
 		w := tensor.Ones([]int{hidden}, tensor.BFloat16)
@@ -53,7 +53,7 @@ func benchLlama1B() (*Llama, int, []*tensor.Array) {
 	}
 	cfg := llamaConfig{ModelType: "llama", Hidden: hidden, Layers: layers, Intermediate: ffn, Heads: heads, KVHeads: kvHeads, HeadDim: headDim, Vocab: vocab, Eps: 1e-5}
 	ew, es, eb := randQuant(r, vocab, hidden, &owned)
-	m := &Llama{cfg: cfg, Embed: &Embedding{Weight: ew, Scales: es, Biases: eb, GroupSize: 64, Bits: 4, DType: tensor.BFloat16}}
+	m := &Llama{cfg: cfg, Embed: &Embedding{Weight: ew, Scales: es, Biases: eb, QuantSpec: tensor.QuantSpec{GroupSize: 64, Bits: 4}, DType: tensor.BFloat16}}
 	fr := llama3Freqs(RopeParams{Theta: 500000, Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 8192}, headDim)
 	f32 := make([]float32, len(fr))
 	for i, f := range fr {

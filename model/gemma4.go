@@ -34,7 +34,7 @@ type Gemma4 struct {
 	PLE        *gemma4PLE // nil without per-layer inputs
 	Blocks     []*gemma4Block
 	Norm       *RMSNorm
-	Head       *Linear // nil when tied to Embed
+	Head       Projection // the lm_head, or the embedding table as a *TiedHead
 }
 
 // gemma4Block is one decoder layer.
@@ -43,12 +43,12 @@ type gemma4Block struct {
 	heads                 int
 	InNorm, PostAttnNorm  *RMSNorm
 	PreFFNorm, PostFFNorm *RMSNorm
-	Q, K, V, O            *Linear // K and V nil for shared layers; V nil when k_eq_v
+	Q, K, V, O            Projection // K and V nil for shared layers; V nil when k_eq_v
 	QNorm, KNorm, VNorm   *RMSNorm
 	Rope                  *Rope
 	MLP                   *MLP
 	MoE                   *gemma4MoE // nil without a MoE block
-	PLEGate, PLEProj      *Linear    // nil without per-layer inputs
+	PLEGate, PLEProj      Projection // nil without per-layer inputs
 	PLENorm               *RMSNorm
 	Scalar                *tensor.Array // [1] in the activation dtype, or nil
 	window                int           // attention window (0: full)
@@ -138,6 +138,8 @@ func newGemma4(c *Config, w *Weights) (Architecture, error) {
 	m.Norm = w.RMSNorm("norm", d, eps)
 	if !cfg.tied() || !(w.Has("embed_tokens.weight") || w.Has("embed_tokens.scales")) {
 		m.Head = w.Linear("lm_head", d, cfg.Vocab, false)
+	} else {
+		m.Head = w.TiedHead("embed_tokens", m.Embed)
 	}
 	return m, nil
 }
@@ -331,12 +333,7 @@ func (b *gemma4Block) forward(x *tensor.Array, c kv.Cache, mask kv.Mask, spans [
 // Logits implements Architecture: the head (tied or not), then
 // cap·tanh(logits/cap) when the config softcaps.
 func (m *Gemma4) Logits(h *tensor.Array) *tensor.Array {
-	var y *tensor.Array
-	if m.Head != nil {
-		y = m.Head.Forward(h)
-	} else {
-		y = m.Embed.AsLinear(h)
-	}
+	y := m.Head.Forward(h)
 	if m.cfg.Softcap == nil || *m.cfg.Softcap <= 0 {
 		return y
 	}

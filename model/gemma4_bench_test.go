@@ -54,7 +54,7 @@ func randomGemma4(cfg *gemma4Config, bits int) (m *Gemma4, owned []*tensor.Array
 	}
 	linear := func(in, out int) *Linear {
 		wq, s, b := packed(out, in)
-		return &Linear{Weight: wq, Scales: s, Biases: b, GroupSize: group, Bits: bits}
+		return &Linear{Weight: wq, Scales: s, Biases: b, QuantSpec: tensor.QuantSpec{GroupSize: group, Bits: bits}}
 	}
 	norm := func(d int) *RMSNorm {
 		w := keep(tensor.Full([]int{d}, 1, tensor.BFloat16))
@@ -64,7 +64,7 @@ func randomGemma4(cfg *gemma4Config, bits int) (m *Gemma4, owned []*tensor.Array
 	d := cfg.Hidden
 	m = &Gemma4{cfg: cfg, eos: []int{1}, dtype: tensor.BFloat16, embedScale: roundTo(math.Sqrt(float64(d)), tensor.BFloat16)}
 	wq, s, b := packed(cfg.Vocab, d)
-	m.Embed = &Embedding{Weight: wq, Scales: s, Biases: b, GroupSize: group, Bits: bits, DType: tensor.BFloat16}
+	m.Embed = &Embedding{Weight: wq, Scales: s, Biases: b, QuantSpec: tensor.QuantSpec{GroupSize: group, Bits: bits}, DType: tensor.BFloat16}
 	ropes := map[string]*Rope{}
 	for i := range cfg.Layers {
 		spec := cfg.layer(i)
@@ -90,6 +90,7 @@ func randomGemma4(cfg *gemma4Config, bits int) (m *Gemma4, owned []*tensor.Array
 		m.Blocks = append(m.Blocks, blk)
 	}
 	m.Norm = norm(d)
+	m.Head = &TiedHead{Embedding: m.Embed}
 	return m, owned, weightBytes
 }
 

@@ -13,7 +13,7 @@ import (
 type gemma4PLE struct {
 	Embed         *Embedding // [per-layer vocab, layers·width]
 	embedScale    float64    // √width, rounded to the table's dtype
-	Proj          *Linear    // hidden → layers·width
+	Proj          Projection // hidden → layers·width
 	projScale     float64    // 1/√hidden
 	Norm          *RMSNorm   // over width
 	layers, width int
@@ -42,7 +42,7 @@ func (p *gemma4PLE) inputs(ids, h *tensor.Array) *tensor.Array {
 // norms.
 type gemma4MoE struct {
 	routerScale *tensor.Array // scale·D^-½ [D], folded into the router's norm
-	Proj        *Linear       // router scores [experts, D]
+	Proj        Projection    // router scores [experts, D]
 	PerExpert   *tensor.Array // [experts] float32
 	Experts     *SwitchGLU
 	TopK        int
@@ -69,7 +69,7 @@ func loadGemma4MoE(w *Weights, p string, cfg *gemma4Config, dt tensor.DType, act
 	case stacked(name + ".switch_glu"):
 		bank = name + ".switch_glu" // mlx-lm's gemma4 layout (mlx-community checkpoints)
 	case stacked(p + "switch_mlp"):
-		bank = p + "switch_mlp" // this package's Convert output
+		bank = p + "switch_mlp" // mlxgo convert's stacking of per-expert tensors
 	}
 	switch {
 	case bank != "":

@@ -6,17 +6,27 @@ import (
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
+// Projection is a dense layer as an architecture calls it: x [..., in]
+// → [..., out]. Architectures hold their projections through this
+// interface, so that what Weights.Linear loaded (a *Linear, or a
+// *TiedHead) can be stood in for from outside the package without the
+// layer types knowing: a calibration pass that records each layer's
+// inputs, an adapter that adds a low-rank residual to the base layer's
+// output. LoadOptions.Wrap is where such stand-ins are given.
+type Projection interface {
+	Forward(x *tensor.Array) *tensor.Array
+}
+
 // Linear is a dense layer y = x·Wᵀ (+ b), plain or MLX affine-quantized.
 // Quantized layers run through QuantizedMatmul and are never dequantized
 // as a whole: that is what makes 4-bit checkpoints fit and decode fast.
 type Linear struct {
 	Weight *tensor.Array // [out, in], or uint32 [out, in·bits/32] when quantized
 	Bias   *tensor.Array // [out] or nil
-	// Scales and Biases are the quantization parameters (nil when plain).
-	Scales, Biases  *tensor.Array
-	GroupSize, Bits int
-	// tap, when set, sees every input (calibration for GPTQ).
-	tap func(x *tensor.Array)
+	// Scales and Biases are the quantization parameters (nil when plain),
+	// in groups and bits of QuantSpec.
+	Scales, Biases *tensor.Array
+	tensor.QuantSpec
 }
 
 // Quantized reports whether the layer is affine-quantized.
@@ -24,9 +34,6 @@ func (l *Linear) Quantized() bool { return l.Scales != nil }
 
 // Forward applies the layer to x [..., in].
 func (l *Linear) Forward(x *tensor.Array) *tensor.Array {
-	if l.tap != nil {
-		l.tap(x)
-	}
 	var y *tensor.Array
 	if l.Scales != nil {
 		y = tensor.QuantizedMatmul(x, l.Weight, l.Scales, l.Biases, true, l.GroupSize, l.Bits)
@@ -44,13 +51,14 @@ func (l *Linear) Forward(x *tensor.Array) *tensor.Array {
 }
 
 // Linear loads the layer at the model-relative path name (name.weight,
-// name.bias, name.scales, name.biases) with in inputs and out outputs.
-func (w *Weights) Linear(name string, in, out int, bias bool) *Linear {
+// name.bias, name.scales, name.biases) with in inputs and out outputs. It
+// returns the *Linear, or what LoadOptions.Wrap stands in for it.
+func (w *Weights) Linear(name string, in, out int, bias bool) Projection {
 	mod, spec, q := w.quantized(name)
 	l := &Linear{}
 	if q {
 		l.Weight, l.Scales, l.Biases = w.packed(mod, spec, nil, out, in)
-		l.GroupSize, l.Bits = spec.GroupSize, spec.Bits
+		l.QuantSpec = spec
 	} else {
 		l.Weight = w.load(w.must(name+".weight"), []int{out, in}, tensor.Invalid)
 		if !l.Weight.DType().IsFloat() {
@@ -60,8 +68,10 @@ func (w *Weights) Linear(name string, in, out int, bias bool) *Linear {
 	if bias {
 		l.Bias = w.Tensor(name+".bias", out)
 	}
-	w.linears[mod] = l
-	return l
+	if w.wrap == nil {
+		return l
+	}
+	return w.wrap.Projection(Module{Path: mod, Source: mod + ".weight"}, l)
 }
 
 // must resolves a model-relative name or fails naming it.
@@ -77,14 +87,12 @@ func (w *Weights) must(name string) string {
 // quantized. A quantized table is gathered packed and only the gathered
 // rows are dequantized.
 type Embedding struct {
-	Weight          *tensor.Array
-	Scales, Biases  *tensor.Array
-	GroupSize, Bits int
+	Weight         *tensor.Array
+	Scales, Biases *tensor.Array // nil when plain
+	tensor.QuantSpec
 	// DType is the type of the rows returned (the table's, or its scales'
 	// when quantized).
 	DType tensor.DType
-	// tap, when set, sees every input of AsLinear (calibration of a tied head).
-	tap func(x *tensor.Array)
 }
 
 // Forward returns the rows for ids (any int shape) as [ids..., dim].
@@ -103,8 +111,30 @@ func (e *Embedding) Forward(ids *tensor.Array) *tensor.Array {
 // AsLinear uses the table as an output projection (tied heads): x [..., dim]
 // → [..., vocab].
 func (e *Embedding) AsLinear(x *tensor.Array) *tensor.Array {
-	l := Linear{Weight: e.Weight, Scales: e.Scales, Biases: e.Biases, GroupSize: e.GroupSize, Bits: e.Bits, tap: e.tap}
+	l := Linear{Weight: e.Weight, Scales: e.Scales, Biases: e.Biases, QuantSpec: e.QuantSpec}
 	return l.Forward(x)
+}
+
+// TiedHead is an embedding table used as the output projection (a head
+// tied to the input embeddings), as a Projection so that it can be wrapped
+// like any other dense layer. It reads the table at each call.
+type TiedHead struct {
+	Embedding *Embedding
+}
+
+// Forward projects x [..., dim] to [..., vocab].
+func (h *TiedHead) Forward(x *tensor.Array) *tensor.Array { return h.Embedding.AsLinear(x) }
+
+// TiedHead returns the table e, loaded by Embedding from the model-relative
+// path name, as the output projection (or what LoadOptions.Wrap stands in
+// for it, told the table's module path).
+func (w *Weights) TiedHead(name string, e *Embedding) Projection {
+	h := &TiedHead{Embedding: e}
+	if w.wrap == nil {
+		return h
+	}
+	mod := w.modulePath(name)
+	return w.wrap.Projection(Module{Path: mod, Source: mod + ".weight"}, h)
 }
 
 // Embedding loads a [vocab, dim] table at the model-relative path name.
@@ -113,7 +143,7 @@ func (w *Weights) Embedding(name string, vocab, dim int) *Embedding {
 	e := &Embedding{}
 	if q {
 		e.Weight, e.Scales, e.Biases = w.packed(mod, spec, nil, vocab, dim)
-		e.GroupSize, e.Bits, e.DType = spec.GroupSize, spec.Bits, e.Scales.DType()
+		e.QuantSpec, e.DType = spec, e.Scales.DType()
 	} else {
 		e.Weight = w.load(w.must(name+".weight"), []int{vocab, dim}, tensor.Invalid)
 		e.DType = e.Weight.DType()
@@ -121,8 +151,10 @@ func (w *Weights) Embedding(name string, vocab, dim int) *Embedding {
 			w.failf(mod+".weight", "dtype %s, want a float type", e.DType)
 		}
 	}
-	w.embeds[mod] = e
-	return e
+	if w.wrap == nil {
+		return e
+	}
+	return w.wrap.Embedding(Module{Path: mod, Source: mod + ".weight"}, e)
 }
 
 // RMSNorm is x / sqrt(mean(x²) + eps) · weight over the last axis.
@@ -142,7 +174,7 @@ func (w *Weights) RMSNorm(name string, dim int, eps float32) *RMSNorm {
 // MLP is the gated feed-forward block of Llama-family models:
 // down(act(gate(x)) · up(x)).
 type MLP struct {
-	Gate, Up, Down *Linear
+	Gate, Up, Down Projection
 	// Act is the gate's activation (nil: SiLU).
 	Act func(*tensor.Array) *tensor.Array
 }

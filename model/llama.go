@@ -72,7 +72,7 @@ type Llama struct {
 	Embed  *Embedding
 	Layers []*llamaBlock
 	Norm   *RMSNorm
-	Head   *Linear // nil when tied to Embed
+	Head   Projection // the lm_head, or the embedding table as a *TiedHead
 }
 
 type llamaBlock struct {
@@ -146,6 +146,8 @@ func newLlama(c *Config, w *Weights, fl flavor) (Architecture, error) {
 	m.Norm = w.RMSNorm("norm", cfg.Hidden, cfg.Eps)
 	if !cfg.Tie && (w.Has("lm_head.weight") || w.Has("lm_head.scales")) {
 		m.Head = w.Linear("lm_head", cfg.Hidden, cfg.Vocab, false)
+	} else {
+		m.Head = w.TiedHead("embed_tokens", m.Embed)
 	}
 	return m, nil
 }
@@ -205,8 +207,5 @@ func (b *llamaBlock) forward(x *tensor.Array, c kv.Cache, mask kv.Mask) *tensor.
 
 // Logits implements Architecture.
 func (m *Llama) Logits(h *tensor.Array) *tensor.Array {
-	if m.Head != nil {
-		return m.Head.Forward(h)
-	}
-	return m.Embed.AsLinear(h)
+	return m.Head.Forward(h)
 }

@@ -171,6 +171,9 @@ type LoadOptions struct {
 	// calibration and parity checks want). Quantized weights stay packed;
 	// their scales and biases are converted.
 	DType tensor.DType
+	// Wrap, when set, is handed every layer as it is loaded and may stand
+	// in for it (see Wrapper).
+	Wrap Wrapper
 }
 
 // Load opens the model folder dir: config.json, then the safetensors
@@ -224,7 +227,7 @@ func Build(arch *Arch, cfg *Config, set *safetensors.Set, opts *LoadOptions) (m 
 	if e := tensor.Try(func() { w = NewWeights(set, cfg.Quant, opts.Backend, opts.Copy) }); e != nil {
 		return nil, e
 	}
-	w.cast = opts.DType
+	w.cast, w.wrap = opts.DType, opts.Wrap
 	a, err := arch.New(cfg, w)
 	if err != nil {
 		return nil, err
@@ -272,6 +275,14 @@ func (m *Loaded) Logits(hidden *tensor.Array) (out *tensor.Array, err error) {
 	err = tensor.Try(func() { out = m.arch.Logits(hidden) })
 	return out, err
 }
+
+// Backend is the backend the weights live on: inputs to Forward are made
+// there.
+func (m *Loaded) Backend() tensor.Backend { return m.w.Backend() }
+
+// Unused lists the stored tensors no layer asked for (a check that an
+// architecture, or a converter's output, leaves no weight aside).
+func (m *Loaded) Unused() []string { return m.w.Unused() }
 
 // MakeCaches implements Model.
 func (m *Loaded) MakeCaches() []kv.Cache { return m.arch.MakeCaches() }

@@ -11,7 +11,7 @@ import (
 // experts, the top k kept (renormalised when NormTopK), and the chosen
 // experts' gated MLPs mixed by those weights.
 type SparseMoE struct {
-	Router   *Linear
+	Router   Projection
 	Experts  *SwitchGLU
 	TopK     int
 	NormTopK bool
@@ -73,7 +73,7 @@ func (w *Weights) SparseMoE(name string, dim, hidden, experts, topK int, normTop
 			Down: w.StackedLinear(of("down_proj"), experts, hidden, dim),
 		}
 		src := w.must(of("gate_proj")(0) + ".weight")
-		w.registerBanks(strings.TrimSuffix(src, ".experts.0.gate_proj.weight"), src, m.Experts)
+		w.wrapBanks(strings.TrimSuffix(src, ".experts.0.gate_proj.weight"), src, m.Experts)
 	}
 	return m
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/mlxgo/mlxgo/model"
+	"github.com/mlxgo/mlxgo/model/modeltest"
 	"github.com/mlxgo/mlxgo/tensor"
 	_ "github.com/mlxgo/mlxgo/tensor/cpu"
 )
@@ -151,7 +152,7 @@ func checkParityOn(t *testing.T, dir string) {
 		defer m.Close()
 		compareLogits(t, "one-shot prefill", prefillLogits(t, m, g.Prompt, 0), g.LogitsF32)
 		compareLogits(t, "chunked prefill", prefillLogits(t, m, g.Prompt, chunk), g.LogitsF32)
-		got, err := model.Greedy(m, g.Prompt, len(g.GreedyF32), chunk, nil)
+		got, err := modeltest.Greedy(m, g.Prompt, len(g.GreedyF32), chunk, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +167,7 @@ func checkParityOn(t *testing.T, dir string) {
 		if m.Info().DType != tensor.BFloat16 {
 			t.Errorf("dtype %v, want bfloat16", m.Info().DType)
 		}
-		got, err := model.Greedy(m, g.Prompt, len(g.GreedyBF16), chunk, nil)
+		got, err := modeltest.Greedy(m, g.Prompt, len(g.GreedyBF16), chunk, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

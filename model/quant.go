@@ -9,31 +9,25 @@ import (
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
-// QuantSpec is one module's affine quantization.
-type QuantSpec struct {
-	GroupSize int `json:"group_size"`
-	Bits      int `json:"bits"`
-}
-
 // QuantConfig is config.json's "quantization" (or "quantization_config")
 // in mlx-lm's form: defaults plus per-module entries keyed by the module's
 // full path ("model.layers.0.mlp.gate"), each a spec or false (kept in
 // floating point). Whether a module is quantized is decided, as in mlx-lm,
 // by the presence of its ".scales" tensor; the config says with what.
 type QuantConfig struct {
-	QuantSpec
+	tensor.QuantSpec
 	// Mode is "affine" (the only mode supported).
 	Mode string
 	// Modules holds per-module overrides; a nil value means false.
-	Modules map[string]*QuantSpec
+	Modules map[string]*tensor.QuantSpec
 }
 
 // For returns the spec for the module at path and whether the config
 // allows it to be quantized (false for an explicit `false` entry).
-func (q *QuantConfig) For(path string) (QuantSpec, bool) {
+func (q *QuantConfig) For(path string) (tensor.QuantSpec, bool) {
 	if s, ok := q.Modules[path]; ok {
 		if s == nil {
-			return QuantSpec{}, false
+			return tensor.QuantSpec{}, false
 		}
 		return *s, true
 	}
@@ -53,12 +47,11 @@ func (q *QuantConfig) MarshalJSON() ([]byte, error) {
 	return json.Marshal(m)
 }
 
-func checkSpec(where string, s QuantSpec) error {
-	if !slices.Contains(tensor.QuantBitsSupported, s.Bits) {
-		return fmt.Errorf("%w: %s: bits %d (supported: %v)", ErrUnsupported, where, s.Bits, tensor.QuantBitsSupported)
-	}
-	if !slices.Contains(tensor.QuantGroupsSupported, s.GroupSize) {
-		return fmt.Errorf("%w: %s: group size %d (supported: %v)", ErrUnsupported, where, s.GroupSize, tensor.QuantGroupsSupported)
+// checkSpec refuses a spec the kernels do not implement, naming where
+// the config gave it.
+func checkSpec(where string, s tensor.QuantSpec) error {
+	if err := s.Validate(); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrUnsupported, where, err)
 	}
 	return nil
 }
@@ -79,7 +72,7 @@ func parseQuant(quant, quantConfig json.RawMessage) (*QuantConfig, error) {
 	if err := json.Unmarshal(src, &fields); err != nil {
 		return nil, fmt.Errorf("%w: config.json %s: %v", ErrCheckpoint, key, err)
 	}
-	q := &QuantConfig{Mode: "affine", QuantSpec: QuantSpec{GroupSize: 64, Bits: 4}, Modules: map[string]*QuantSpec{}}
+	q := &QuantConfig{Mode: "affine", QuantSpec: tensor.QuantSpec{GroupSize: 64, Bits: 4}, Modules: map[string]*tensor.QuantSpec{}}
 	for _, k := range slices.Sorted(maps.Keys(fields)) {
 		v := fields[k]
 		var err error
@@ -109,7 +102,7 @@ func parseQuant(quant, quantConfig json.RawMessage) (*QuantConfig, error) {
 			if json.Unmarshal(v, &obj) != nil {
 				continue // other scalar settings some writers add; not a module entry
 			}
-			s := &QuantSpec{GroupSize: -1, Bits: -1}
+			s := &tensor.QuantSpec{GroupSize: -1, Bits: -1}
 			if err := json.Unmarshal(v, s); err != nil {
 				return nil, fmt.Errorf("%w: %s[%q]: %v", ErrCheckpoint, key, k, err)
 			}

@@ -8,21 +8,47 @@ import (
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
+// ExpertBank is a bank of expert matrices as SwitchGLU calls it. Like
+// Projection for dense layers, it is the seam through which a stand-in
+// (calibration, an adapter) takes a loaded bank's place: see
+// LoadOptions.Wrap.
+type ExpertBank interface {
+	// Gather runs each row of x [..., 1, 1, in] through the experts inds
+	// [..., k] selects for it, returning [..., k, 1, out].
+	Gather(x, inds *tensor.Array) *tensor.Array
+	// Expert runs expert e alone over the rows x [n, in] routed to it,
+	// returning [n, out].
+	Expert(e int, x *tensor.Array) *tensor.Array
+	// Quantized reports whether the bank's weights are packed: SwitchGLU
+	// gathers packed banks per row and groups rows by expert otherwise.
+	Quantized() bool
+	// Len is the number of experts.
+	Len() int
+}
+
 // SwitchLinear is a bank of E expert matrices [E, out, in], plain or
 // affine-quantized, applied per token to the experts a router picked.
 type SwitchLinear struct {
-	Weight          *tensor.Array // [E, out, in] or uint32 [E, out, in·bits/32]
-	Scales, Biases  *tensor.Array // [E, out, in/group] when quantized
-	GroupSize, Bits int
-	Experts, In     int
-	Out             int
-	// tap, when set, sees each expert's input rows (calibration); e = -1
-	// marks the end of a forward pass through the bank.
-	tap func(e int, x *tensor.Array)
+	Weight         *tensor.Array // [E, out, in] or uint32 [E, out, in·bits/32]
+	Scales, Biases *tensor.Array // [E, out, in/group] when quantized
+	tensor.QuantSpec
+	Experts, In int
+	Out         int
 }
 
-// Quantized reports whether the bank is affine-quantized.
+// Quantized implements ExpertBank.
 func (s *SwitchLinear) Quantized() bool { return s.Scales != nil }
+
+// Len implements ExpertBank.
+func (s *SwitchLinear) Len() int { return s.Experts }
+
+// Expert implements ExpertBank.
+func (s *SwitchLinear) Expert(e int, x *tensor.Array) *tensor.Array {
+	l, views := s.expert(e)
+	y := l.Forward(x)
+	tensor.Free(views...)
+	return y
+}
 
 // expert returns expert e's [out, in] matrix as a plain Linear (views).
 func (s *SwitchLinear) expert(e int) (*Linear, []*tensor.Array) {
@@ -35,37 +61,37 @@ func (s *SwitchLinear) expert(e int) (*Linear, []*tensor.Array) {
 		v.Free()
 		return r
 	}
-	l := &Linear{Weight: take(s.Weight), Scales: take(s.Scales), Biases: take(s.Biases), GroupSize: s.GroupSize, Bits: s.Bits}
-	return l, []*tensor.Array{l.Weight, l.Scales, l.Biases}
-}
-
-// observe hands expert e's input rows to the calibration tap, if any.
-func (s *SwitchLinear) observe(e int, x *tensor.Array) {
-	if s.tap != nil {
-		s.tap(e, x)
+	l := &Linear{Weight: take(s.Weight), Scales: take(s.Scales), Biases: take(s.Biases), QuantSpec: s.QuantSpec}
+	var views []*tensor.Array
+	for _, a := range []*tensor.Array{l.Weight, l.Scales, l.Biases} {
+		if a != nil {
+			views = append(views, a)
+		}
 	}
+	return l, views
 }
 
 // SwitchLinear loads a stacked expert bank stored at name (name.weight
-// [E, out, in], or packed with name.scales and name.biases).
-func (w *Weights) SwitchLinear(name string, experts, in, out int) *SwitchLinear {
+// [E, out, in], or packed with name.scales and name.biases). It returns
+// the *SwitchLinear, or what LoadOptions.Wrap stands in for it.
+func (w *Weights) SwitchLinear(name string, experts, in, out int) ExpertBank {
 	mod, spec, q := w.quantized(name)
 	s := &SwitchLinear{Experts: experts, In: in, Out: out}
 	if q {
 		s.Weight, s.Scales, s.Biases = w.packed(mod, spec, []int{experts}, out, in)
-		s.GroupSize, s.Bits = spec.GroupSize, spec.Bits
-		return s
+		s.QuantSpec = spec
+	} else {
+		s.Weight = w.load(w.must(name+".weight"), []int{experts, out, in}, tensor.Invalid)
 	}
-	full := w.must(name + ".weight")
-	s.Weight = w.load(full, []int{experts, out, in}, tensor.Invalid)
-	w.banks[mod] = bankEntry{s, full}
-	return s
+	return w.wrapBank(Module{Path: mod, Source: mod + ".weight"}, s)
 }
 
 // StackedLinear builds a bank from per-expert plain matrices named by
 // nameOf(e) (HF checkpoints store experts.{e}.gate_proj.weight); the
 // stacked copy is owned by the weights. Per-expert quantized experts are
-// refused: MLX checkpoints store them stacked.
+// refused: MLX checkpoints store them stacked. The bank is not yet handed
+// to LoadOptions.Wrap: its caller does that once it knows the block's
+// path (wrapBanks).
 func (w *Weights) StackedLinear(nameOf func(e int) string, experts, in, out int) *SwitchLinear {
 	parts := make([]*tensor.Array, experts)
 	for e := range experts {
@@ -84,8 +110,8 @@ func (w *Weights) StackedLinear(nameOf func(e int) string, experts, in, out int)
 
 // FusedExperts loads transformers 5's expert layout at name:
 // name.gate_up_proj [E, 2·hidden, dim] (gate rows first, then up) split
-// into two banks, and name.down_proj [E, dim, hidden]. Convert stacks
-// them under bankName of the block.
+// into two banks, and name.down_proj [E, dim, hidden]. MLX checkpoints
+// stack them under BankPath of the block.
 func (w *Weights) FusedExperts(name string, experts, dim, hidden int) *SwitchGLU {
 	src := w.must(name + ".gate_up_proj")
 	gu := w.load(src, []int{experts, 2 * hidden, dim}, tensor.Invalid)
@@ -103,7 +129,7 @@ func (w *Weights) FusedExperts(name string, experts, dim, hidden int) *SwitchGLU
 		Up:   &SwitchLinear{Weight: u, Experts: experts, In: dim, Out: hidden},
 		Down: &SwitchLinear{Weight: down, Experts: experts, In: hidden, Out: dim},
 	}
-	w.registerBanks(strings.TrimSuffix(src, ".experts.gate_up_proj"), src, s)
+	w.wrapBanks(strings.TrimSuffix(src, ".experts.gate_up_proj"), src, s)
 	return s
 }
 
@@ -125,7 +151,7 @@ func (w *Weights) disown(a *tensor.Array) {
 // which needs the indices on the host (a sync, acceptable for the
 // floating-point path, which is for references and small models).
 type SwitchGLU struct {
-	Gate, Up, Down *SwitchLinear
+	Gate, Up, Down ExpertBank
 	// Act is the gate activation (nil: SiLU).
 	Act func(*tensor.Array) *tensor.Array
 }
@@ -160,9 +186,8 @@ func equalInts(a, b []int) bool {
 	return true
 }
 
-// apply runs one bank on per-token rows: x [..., 1, 1, in] with indices
-// [..., k] → [..., k, 1, out].
-func (sl *SwitchLinear) gather(x, inds *tensor.Array) *tensor.Array {
+// Gather implements ExpertBank.
+func (sl *SwitchLinear) Gather(x, inds *tensor.Array) *tensor.Array {
 	if sl.Quantized() {
 		return tensor.GatherQMM(x, sl.Weight, sl.Scales, sl.Biases, nil, inds, true, sl.GroupSize, sl.Bits)
 	}
@@ -174,10 +199,10 @@ func (sl *SwitchLinear) gather(x, inds *tensor.Array) *tensor.Array {
 
 func (s *SwitchGLU) gathered(x, inds *tensor.Array) *tensor.Array {
 	xe := tensor.ExpandDims(tensor.ExpandDims(x, -2), -2) // [..., 1, 1, D]
-	g := s.Gate.gather(xe, inds)
-	u := s.Up.gather(xe, inds)
+	g := s.Gate.Gather(xe, inds)
+	u := s.Up.Gather(xe, inds)
 	h := glu(s.Act, g, u) // [..., k, 1, I]
-	y := s.Down.gather(h, inds)
+	y := s.Down.Gather(h, inds)
 	return tensor.Squeeze(y, -2)
 }
 
@@ -188,12 +213,13 @@ func (s *SwitchGLU) grouped(x, inds *tensor.Array) *tensor.Array {
 	n := flat.Dim(0)
 	ids := tensor.AsType(tensor.Reshape(inds, -1), tensor.Int32)
 	raw := ids.Bytes()
-	rows := make([][]int32, s.Gate.Experts) // token row per slot, by expert
-	slots := make([][]int, s.Gate.Experts)
+	experts := s.Gate.Len()
+	rows := make([][]int32, experts) // token row per slot, by expert
+	slots := make([][]int, experts)
 	for p := range n * k {
 		e := int(int32(binary.LittleEndian.Uint32(raw[4*p:])))
-		if e < 0 || e >= s.Gate.Experts {
-			panic(&tensor.Error{Op: "SwitchGLU", Err: fmt.Errorf("%w: expert index %d of %d", tensor.ErrArgument, e, s.Gate.Experts)})
+		if e < 0 || e >= experts {
+			panic(&tensor.Error{Op: "SwitchGLU", Err: fmt.Errorf("%w: expert index %d of %d", tensor.ErrArgument, e, experts)})
 		}
 		rows[e] = append(rows[e], int32(p/k))
 		slots[e] = append(slots[e], p)
@@ -207,21 +233,12 @@ func (s *SwitchGLU) grouped(x, inds *tensor.Array) *tensor.Array {
 		}
 		idx := int32s(x.Backend(), rows[e])
 		xe := tensor.Take(flat, idx, 0)
-		g, _ := s.Gate.expert(e)
-		u, _ := s.Up.expert(e)
-		dn, _ := s.Down.expert(e)
-		s.Gate.observe(e, xe)
-		s.Up.observe(e, xe)
-		h := glu(s.Act, g.Forward(xe), u.Forward(xe))
-		s.Down.observe(e, h)
-		outs = append(outs, dn.Forward(h))
+		h := glu(s.Act, s.Gate.Expert(e, xe), s.Up.Expert(e, xe))
+		outs = append(outs, s.Down.Expert(e, h))
 		for _, p := range slots[e] {
 			where[p] = int32(at)
 			at++
 		}
-	}
-	for _, b := range []*SwitchLinear{s.Gate, s.Up, s.Down} {
-		b.observe(-1, nil)
 	}
 	all := tensor.Concatenate(outs, 0)
 	perm := int32s(x.Backend(), where)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tensor/safetensors"
@@ -36,13 +37,10 @@ type Weights struct {
 	prefix string
 	owned  []*tensor.Array
 	used   map[string]bool
-	// linears and embeds are the layers handed out, by module path (what
-	// calibration taps).
-	linears map[string]*Linear
-	embeds  map[string]*Embedding
-	banks   map[string]bankEntry
 	// cast, when valid, is the float type every float tensor is converted to.
 	cast tensor.DType
+	// wrap, when set, stands in for the layers handed out (LoadOptions.Wrap).
+	wrap Wrapper
 }
 
 // NewWeights wraps an open checkpoint. be nil means the default backend;
@@ -51,8 +49,7 @@ func NewWeights(set *safetensors.Set, quant *QuantConfig, be tensor.Backend, cop
 	if be == nil {
 		be = tensor.Default()
 	}
-	w := &Weights{set: set, be: be, copy: copy, quant: quant, used: map[string]bool{},
-		linears: map[string]*Linear{}, embeds: map[string]*Embedding{}, banks: map[string]bankEntry{}}
+	w := &Weights{set: set, be: be, copy: copy, quant: quant, used: map[string]bool{}}
 	for _, p := range Prefixes {
 		if set.Has(p+"embed_tokens.weight") || set.Has(p+"embed_tokens.scales") {
 			w.prefix = p
@@ -187,7 +184,7 @@ func (w *Weights) Free() {
 
 // quantized reports whether the module at the model-relative path base is
 // stored quantized and with which spec, checking the config agrees.
-func (w *Weights) quantized(base string) (full string, spec QuantSpec, q bool) {
+func (w *Weights) quantized(base string) (full string, spec tensor.QuantSpec, q bool) {
 	full, ok := w.Resolve(base + ".scales")
 	if !ok {
 		wfull, _ := w.Resolve(base + ".weight")
@@ -197,7 +194,7 @@ func (w *Weights) quantized(base string) (full string, spec QuantSpec, q bool) {
 				w.failf(wfull, "quantization config lists module %q as quantized but it has no scales", mod)
 			}
 		}
-		return mod, QuantSpec{}, false
+		return mod, tensor.QuantSpec{}, false
 	}
 	mod := full[:len(full)-len(".scales")]
 	if w.quant == nil {
@@ -214,7 +211,7 @@ func (w *Weights) quantized(base string) (full string, spec QuantSpec, q bool) {
 // dims lead (experts), out rows and in columns, checking shapes against the
 // spec. Errors name the config's bits and group size, since a wrong
 // per-module override is the usual cause.
-func (w *Weights) packed(mod string, spec QuantSpec, lead []int, out, in int) (wq, scales, biases *tensor.Array) {
+func (w *Weights) packed(mod string, spec tensor.QuantSpec, lead []int, out, in int) (wq, scales, biases *tensor.Array) {
 	if in%spec.GroupSize != 0 || (in*spec.Bits)%32 != 0 {
 		w.failf(mod+".weight", "input dim %d is not a multiple of group size %d (inconsistent quantization config)", in, spec.GroupSize)
 	}
@@ -239,17 +236,44 @@ func (w *Weights) packed(mod string, spec QuantSpec, lead []int, out, in int) (w
 	return wq, scales, biases
 }
 
-// bankEntry is an expert bank with the stored tensor it was loaded from.
-type bankEntry struct {
-	bank *SwitchLinear
-	src  string
+// modulePath is the full module path of the model-relative name as the
+// checkpoint stores it (its ".scales" or ".weight" resolved).
+func (w *Weights) modulePath(name string) string {
+	if full, ok := w.Resolve(name + ".scales"); ok {
+		return full[:len(full)-len(".scales")]
+	}
+	full, _ := w.Resolve(name + ".weight")
+	return full[:len(full)-len(".weight")]
 }
 
-// registerBanks records the experts of a block whose module path is base
-// (full, "model.layers.0.mlp") under the paths Convert stacks them to
-// (bankName), src being the stored tensor they came from.
-func (w *Weights) registerBanks(base, src string, g *SwitchGLU) {
-	for proj, b := range map[string]*SwitchLinear{"gate_proj": g.Gate, "up_proj": g.Up, "down_proj": g.Down} {
-		w.banks[bankName(base)+proj] = bankEntry{b, src}
+// BankPath is where MLX checkpoints keep the stacked expert banks of the
+// block at base (a full module path): "<mlp>.switch_mlp." for Qwen-style
+// blocks, "<layer>.experts.switch_glu." for Gemma 4's experts, which sit
+// beside the MLP. The bank's projection name follows ("gate_proj").
+func BankPath(base string) string {
+	if strings.HasSuffix(base, ".mlp") {
+		return base + ".switch_mlp."
+	}
+	return base + ".experts.switch_glu."
+}
+
+// wrapBank hands a bank to the Wrapper, if any.
+func (w *Weights) wrapBank(m Module, b ExpertBank) ExpertBank {
+	if w.wrap == nil {
+		return b
+	}
+	return w.wrap.Experts(m, b)
+}
+
+// wrapBanks hands the banks of a block whose module path is base (full,
+// "model.layers.0.mlp"), built from the stored tensor src (per-expert or
+// fused), to the Wrapper under the paths MLX checkpoints stack them at
+// (BankPath).
+func (w *Weights) wrapBanks(base, src string, g *SwitchGLU) {
+	for _, b := range []struct {
+		proj string
+		bank *ExpertBank
+	}{{"gate_proj", &g.Gate}, {"up_proj", &g.Up}, {"down_proj", &g.Down}} {
+		*b.bank = w.wrapBank(Module{Path: BankPath(base) + b.proj, Source: src}, *b.bank)
 	}
 }

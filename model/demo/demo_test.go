@@ -2,7 +2,6 @@ package demo
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -12,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/mlxgo/mlxgo/model"
+	"github.com/mlxgo/mlxgo/model/modeltest"
 	"github.com/mlxgo/mlxgo/tensor"
 	_ "github.com/mlxgo/mlxgo/tensor/cpu"
 	"github.com/mlxgo/mlxgo/tokenizer"
@@ -73,33 +73,6 @@ func load(t *testing.T, dir string) model.Model {
 	return m
 }
 
-// lastLogits runs the prompt and returns the logits at its last position.
-func lastLogits(t *testing.T, m model.Model, ids []int32) []float32 {
-	t.Helper()
-	sc := tensor.NewScope()
-	defer sc.Close()
-	caches := m.MakeCaches()
-	defer model.FreeCaches(caches)
-	raw := make([]byte, 4*len(ids))
-	for i, v := range ids {
-		binary.LittleEndian.PutUint32(raw[4*i:], uint32(v))
-	}
-	h, err := m.Forward(tensor.FromBytes(raw, []int{1, len(ids)}, tensor.Int32), caches, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lg, err := m.Logits(tensor.SliceAxis(h, 1, len(ids)-1, len(ids)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := tensor.AsType(lg, tensor.Float32).Bytes()
-	out := make([]float32, len(b)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
-}
-
 func cosine(a []float32, b []float64) float64 {
 	var ab, aa, bb float64
 	for i := range a {
@@ -124,23 +97,6 @@ func f64s(a []float32) []float64 {
 		out[i] = float64(x)
 	}
 	return out
-}
-
-// agree returns how many leading tokens got and want share, and the first
-// step at which HF's top two logits were closer than tie (len(want) if
-// none): before that step, a different argmax is a real divergence.
-func agree(got, want []int32, gaps []float64, tie float64) (same, firstTie int) {
-	for same < len(got) && same < len(want) && got[same] == want[same] {
-		same++
-	}
-	firstTie = len(want)
-	for i, g := range gaps {
-		if g < tie {
-			firstTie = i
-			break
-		}
-	}
-	return same, firstTie
 }
 
 // TestMaterialize checks that both forms land in the cache once, keyed by
@@ -279,18 +235,18 @@ func TestGreedyBF16(t *testing.T) {
 	}
 	checked := 0
 	for _, p := range g.Prompts {
-		lg := lastLogits(t, m, p.IDs)
+		lg := modeltest.LastLogits(t, m, p.IDs)
 		cos, d, dHF := cosine(lg, p.LogitsBF16), maxAbs(lg, p.LogitsBF16), 0.0
 		for i := range p.LogitsBF16 {
 			dHF = max(dHF, math.Abs(p.LogitsBF16[i]-p.LogitsF32[i]))
 		}
-		out, err := model.Greedy(m, p.IDs, len(p.GreedyBF16), 0, nil)
+		out, err := modeltest.Greedy(m, p.IDs, len(p.GreedyBF16), 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		same, tie := agree(out, p.GreedyBF16, p.GreedyBF16Gaps, 0.25)
-		forced := checkForced(t, fmt.Sprintf("%d-token prompt, teacher-forced", len(p.IDs)),
-			forcedArgmax(t, m, p.IDs, p.GreedyBF16), p.GreedyBF16, p.GreedyBF16Gaps, 0.25)
+		same, tie := modeltest.Agree(out, p.GreedyBF16, p.GreedyBF16Gaps, 0.25)
+		forced := modeltest.CheckForced(t, fmt.Sprintf("%d-token prompt, teacher-forced", len(p.IDs)),
+			modeltest.ForcedArgmax(t, m, p.IDs, p.GreedyBF16), p.GreedyBF16, p.GreedyBF16Gaps, 0.25)
 		checked += forced
 		t.Logf("%3d-token prompt: logits cos %.6f max|Δ| %.3f (HF bf16 vs f32 %.3f); greedy %d/%d same, HF near-tie at %d; teacher-forced argmax equal at all %d steps with gap ≥ 0.25",
 			len(p.IDs), cos, d, dHF, same, len(p.GreedyBF16), tie, forced)
@@ -314,8 +270,8 @@ func TestGreedyBF16(t *testing.T) {
 	}
 }
 
-// TestGreedyF32 runs the shipped bf16 weights in float32 (converted with
-// mlxgo convert) against HF's float32 run on the same weights: greedy
+// TestGreedyF32 runs the shipped bf16 weights in float32 (converted as
+// they load) against HF's float32 run on the same weights: greedy
 // must match up to HF's first top-2 gap under 0.01, far above float32
 // noise, and logits must agree to 1e-3.
 func TestGreedyF32(t *testing.T) {
@@ -325,26 +281,25 @@ func TestGreedyF32(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dst := filepath.Join(t.TempDir(), "f32")
-	if err := model.Convert(src, dst, model.ConvertOptions{DType: tensor.Float32}); err != nil {
+	m, err := model.Load(src, &model.LoadOptions{DType: tensor.Float32})
+	if err != nil {
 		t.Fatal(err)
 	}
-	m := load(t, dst)
 	defer m.Close()
 	if m.Info().DType != tensor.Float32 {
 		t.Fatalf("dtype %s", m.Info().DType)
 	}
 	total := 0
 	for _, p := range g.Prompts {
-		lg := lastLogits(t, m, p.IDs)
+		lg := modeltest.LastLogits(t, m, p.IDs)
 		if d := maxAbs(lg, p.LogitsF32); d > 1e-3 {
 			t.Errorf("%d-token prompt: f32 logits differ from HF's by %.2g", len(p.IDs), d)
 		}
-		out, err := model.Greedy(m, p.IDs, len(p.GreedyF32), 0, nil)
+		out, err := modeltest.Greedy(m, p.IDs, len(p.GreedyF32), 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		same, tie := agree(out, p.GreedyF32, p.GreedyF32Gaps, 0.01)
+		same, tie := modeltest.Agree(out, p.GreedyF32, p.GreedyF32Gaps, 0.01)
 		total += min(same, tie)
 		t.Logf("%3d-token prompt: greedy %d/%d same, HF near-tie at %d", len(p.IDs), same, len(p.GreedyF32), tie)
 		if same < tie {
@@ -356,154 +311,3 @@ func TestGreedyF32(t *testing.T) {
 	}
 }
 
-// dequantize writes a float32 copy of the quantized checkpoint in dir
-// (model.Dequantize): the float model that the 4-bit one must reproduce.
-// The float32 path is itself checked against HF by TestGreedyF32.
-func dequantize(t *testing.T, dir string) string {
-	t.Helper()
-	out := t.TempDir()
-	if err := model.Dequantize(dir, out, tensor.Float32); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// TestQuantized is the 4-bit parity check. Its reference is the float32
-// model of the dequantized weights (what HF computes on them, since the
-// float32 path matches HF's): the 4-bit model's logits must keep cosine
-// ≥ 0.999 with it and its greedy tokens must match up to the reference's
-// first near-tie. Against the bf16 model (not the reference: it lacks the
-// quantization error) the cosine must stay ≥ 0.97; it is logged.
-func TestQuantized(t *testing.T) {
-	cacheDir(t)
-	g := readGolden(t)
-	qdir, err := QuantizedPath()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bdir, err := Path()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var qc struct {
-		Q struct {
-			Group int `json:"group_size"`
-			Bits  int `json:"bits"`
-		} `json:"quantization"`
-	}
-	raw, err := os.ReadFile(filepath.Join(qdir, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(raw, &qc); err != nil || qc.Q.Bits != 4 || qc.Q.Group != 64 {
-		t.Fatalf("q4 config.json quantization %+v (%v)", qc.Q, err)
-	}
-	q := load(t, qdir)
-	defer q.Close()
-	b := load(t, bdir)
-	defer b.Close()
-	ref := load(t, dequantize(t, qdir))
-	defer ref.Close()
-	total := 0
-	for _, p := range g.Prompts {
-		lq := lastLogits(t, q, p.IDs)
-		lr := f64s(lastLogits(t, ref, p.IDs))
-		cosRef := cosine(lq, lr)
-		cosBF := cosine(lq, f64s(lastLogits(t, b, p.IDs)))
-		// reference greedy and its gaps
-		want, err := model.Greedy(ref, p.IDs, 16, 0, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gaps := refGaps(t, ref, p.IDs, want)
-		out, err := model.Greedy(q, p.IDs, 16, 0, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		same, tie := agree(out, want, gaps, 0.25)
-		total += checkForced(t, fmt.Sprintf("%d-token prompt, teacher-forced", len(p.IDs)), forcedArgmax(t, q, p.IDs, want), want, gaps, 0.25)
-		t.Logf("%3d-token prompt: cosine vs dequantized f32 %.6f, vs bf16 %.4f; greedy %d/16 same as the reference (near-tie at %d)",
-			len(p.IDs), cosRef, cosBF, same, tie)
-		if cosRef < 0.999 {
-			t.Errorf("%d-token prompt: 4-bit logits cosine %.5f with the dequantized reference", len(p.IDs), cosRef)
-		}
-		if cosBF < 0.97 {
-			t.Errorf("%d-token prompt: 4-bit logits cosine %.4f with bf16", len(p.IDs), cosBF)
-		}
-		if same < tie {
-			t.Errorf("greedy diverges at %d before the reference's first near-tie at %d:\n got %v\nwant %v", same, tie, out, want)
-		}
-	}
-	if total < 40 {
-		t.Errorf("only %d teacher-forced steps compared with the reference", total)
-	}
-}
-
-// refGaps returns the top-2 logit gap before each greedy token of seq.
-func refGaps(t *testing.T, m model.Model, prompt, seq []int32) []float64 {
-	t.Helper()
-	gaps := make([]float64, len(seq))
-	ids := append([]int32(nil), prompt...)
-	for i := range seq {
-		lg := lastLogits(t, m, ids)
-		a, b := math.Inf(-1), math.Inf(-1)
-		for _, x := range lg {
-			v := float64(x)
-			if v > a {
-				a, b = v, a
-			} else if v > b {
-				b = v
-			}
-		}
-		gaps[i] = a - b
-		ids = append(ids, seq[i])
-	}
-	return gaps
-}
-
-// forcedArgmax feeds prompt and then seq one token at a time through
-// fresh caches (teacher forcing) and returns the argmax before each token
-// of seq: how the model would continue the reference's own text at every
-// step, so one early near-tie does not end the comparison.
-func forcedArgmax(t *testing.T, m model.Model, prompt, seq []int32) []int32 {
-	t.Helper()
-	caches := m.MakeCaches()
-	defer model.FreeCaches(caches)
-	out := make([]int32, len(seq))
-	next := prompt
-	for i := range seq {
-		func() {
-			sc := tensor.NewScope()
-			defer sc.Close()
-			h, err := m.Forward(tensor.FromInt32(next, []int{1, len(next)}), caches, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lg, err := m.Logits(tensor.SliceAxis(h, 1, len(next)-1, len(next)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[i] = tensor.AsType(tensor.Argmax(lg, -1, false), tensor.Int32).Int32s()[0]
-		}()
-		next = seq[i : i+1]
-	}
-	return out
-}
-
-// checkForced compares teacher-forced argmaxes with the reference's
-// greedy tokens at every step whose reference top-2 gap is at least tol,
-// reporting each disagreement; it returns how many steps were compared.
-func checkForced(t *testing.T, what string, got, want []int32, gaps []float64, tol float64) int {
-	t.Helper()
-	n := 0
-	for i := range want {
-		if gaps[i] < tol {
-			continue
-		}
-		n++
-		if got[i] != want[i] {
-			t.Errorf("%s: step %d (reference gap %.3f): argmax %d, reference %d", what, i, gaps[i], got[i], want[i])
-		}
-	}
-	return n
-}

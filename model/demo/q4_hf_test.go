@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/mlxgo/mlxgo/model"
+	"github.com/mlxgo/mlxgo/model/modeltest"
 	"github.com/mlxgo/mlxgo/tensor/tensortest"
 )
 
@@ -49,19 +49,19 @@ func TestQuantizedMatchesHF(t *testing.T) {
 	defer q.Close()
 	total := 0
 	for _, p := range g.Prompts {
-		lg := lastLogits(t, q, p.IDs)
+		lg := modeltest.LastLogits(t, q, p.IDs)
 		cos := cosine(lg, p.LogitsLast)
 		maxRef, maxDiff := 0.0, 0.0
 		for i, v := range p.LogitsLast {
 			maxRef = math.Max(maxRef, math.Abs(v))
 			maxDiff = math.Max(maxDiff, math.Abs(float64(lg[i])-v))
 		}
-		out, err := model.Greedy(q, p.IDs, len(p.Greedy), 0, nil)
+		out, err := modeltest.Greedy(q, p.IDs, len(p.Greedy), 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		same, tie := agree(out, p.Greedy, p.Gaps, 0.25)
-		total += checkForced(t, fmt.Sprintf("%d-token prompt, teacher-forced", len(p.IDs)), forcedArgmax(t, q, p.IDs, p.Greedy), p.Greedy, p.Gaps, 0.25)
+		same, tie := modeltest.Agree(out, p.Greedy, p.Gaps, 0.25)
+		total += modeltest.CheckForced(t, fmt.Sprintf("%d-token prompt, teacher-forced", len(p.IDs)), modeltest.ForcedArgmax(t, q, p.IDs, p.Greedy), p.Greedy, p.Gaps, 0.25)
 		t.Logf("%3d-token prompt: cosine %.6f, max |Δlogit| %.3f of max %.1f; greedy %d/%d same (HF near-tie at %d)",
 			len(p.IDs), cos, maxDiff, maxRef, same, len(p.Greedy), tie)
 		if cos < 0.9995 {

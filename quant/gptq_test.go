@@ -1,16 +1,16 @@
-package model
+package quant
 
 import (
 	"bytes"
 	"encoding/json"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tensor/safetensors"
 	"github.com/mlxgo/mlxgo/tensor/tensortest"
@@ -18,7 +18,7 @@ import (
 
 // outputError is tr(ΔW·H·ΔWᵀ)/rows: the mean squared output error of a
 // quantized layer over the calibration inputs summed in g.
-func outputError(w, deq []float32, out, in int, g *Gram) float64 {
+func outputError(w, deq []float32, out, in int, g *gram) float64 {
 	total := 0.0
 	d := make([]float64, in)
 	for r := range out {
@@ -47,7 +47,7 @@ func TestGPTQBeatsRounding(t *testing.T) {
 		w[i] = float32(rng.NormFloat64())
 	}
 	// anisotropic, correlated inputs: a few strong directions plus noise
-	g := &Gram{In: in, Sum: make([]float64, in*in)}
+	g := &gram{In: in, Sum: make([]float64, in*in)}
 	basis := make([][]float64, 8)
 	for k := range basis {
 		basis[k] = make([]float64, in)
@@ -73,7 +73,7 @@ func TestGPTQBeatsRounding(t *testing.T) {
 		}
 		g.Rows++
 	}
-	spec := QuantSpec{GroupSize: 64, Bits: 4}
+	spec := tensor.QuantSpec{GroupSize: 64, Bits: 4}
 	plan, err := newGPTQPlan(g, 0.01)
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +120,7 @@ func TestGPTQBeatsRounding(t *testing.T) {
 func TestGPTQPlanInverse(t *testing.T) {
 	const n = 300 // above cholLeaf: the recursive path
 	rng := rand.New(rand.NewPCG(3, 4))
-	g := &Gram{In: n, Sum: make([]float64, n*n)}
+	g := &gram{In: n, Sum: make([]float64, n*n)}
 	x := make([]float64, n)
 	for range 2 * n {
 		for j := range x {
@@ -193,22 +193,6 @@ func TestGPTQPlanInverse(t *testing.T) {
 	}
 }
 
-// fixturePrompt reads the prompt of a parity fixture's golden file.
-func fixturePrompt(t *testing.T, fx string) []int32 {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("testdata", fx, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g struct {
-		Prompt []int32 `json:"prompt"`
-	}
-	if err := json.Unmarshal(raw, &g); err != nil || len(g.Prompt) == 0 {
-		t.Fatalf("%s golden: %v", fx, err)
-	}
-	return g.Prompt
-}
-
 // TestGPTQFixtures converts every architecture's fixture with GPTQ
 // (sequential calibration through dense, KV-sharing, per-layer-input and
 // MoE blocks): the checkpoint loads with every tensor used, its quantized
@@ -220,9 +204,9 @@ func TestGPTQFixtures(t *testing.T) {
 	defer tensortest.NoLeaks(t)()
 	for _, fx := range []string{"llama3", "qwen3", "qwen3_moe", "gemma4_dense", "gemma4_kv", "gemma4_ple", "gemma4_moe"} {
 		t.Run(fx, func(t *testing.T) {
-			src := filepath.Join("testdata", fx, "f32")
+			src := fixture(fx, "f32")
 			prompt := fixturePrompt(t, fx)
-			fm, err := Load(src, nil)
+			fm, err := model.Load(src, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -232,23 +216,23 @@ func TestGPTQFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			opts := ConvertOptions{Quantize: true, Bits: 4, GroupSize: 64, Method: MethodGPTQ, Calibration: calib}
+			opts := ConvertOptions{Quantize: true, Spec: tensor.QuantSpec{Bits: 4, GroupSize: 64}, Method: MethodGPTQ, Calibration: calib}
 			qdir, ddir := convertWith(t, src, opts)
 			rdir := t.TempDir()
 			if err := Convert(src, rdir, ConvertOptions{Quantize: true}); err != nil {
 				t.Fatal(err)
 			}
-			q := loadGemma4(t, qdir)
+			q := load(t, qdir)
 			got := logitsOf(t, q, prompt, 5)
-			unused := q.w.Unused()
+			unused := q.Unused()
 			q.Close()
 			if len(unused) > 0 {
 				t.Errorf("tensors never loaded: %v", unused)
 			}
-			d := loadGemma4(t, ddir)
+			d := load(t, ddir)
 			deq := logitsOf(t, d, prompt, 0)
 			d.Close()
-			r := loadGemma4(t, rdir)
+			r := load(t, rdir)
 			rtn := logitsOf(t, r, prompt, 0)
 			r.Close()
 			same := minCosine(toF64(deq), got)
@@ -294,7 +278,7 @@ func TestGPTQFixtures(t *testing.T) {
 // TestGPTQErrors: misuse of the method is an error, never a panic.
 func TestGPTQErrors(t *testing.T) {
 	defer tensortest.NoLeaks(t)()
-	src := filepath.Join("testdata", "llama3", "f32")
+	src := fixture("llama3", "f32")
 	for name, opts := range map[string]ConvertOptions{
 		"no calibration":  {Quantize: true, Method: MethodGPTQ},
 		"not quantizing":  {Method: MethodGPTQ, Calibration: [][]int32{{1, 2, 3}}},
@@ -316,7 +300,7 @@ func TestGPTQErrors(t *testing.T) {
 func BenchmarkGPTQ(b *testing.B) {
 	const n = 2048
 	rng := rand.New(rand.NewPCG(1, 2))
-	g := &Gram{In: n, Sum: make([]float64, n*n), Rows: 4 * n}
+	g := &gram{In: n, Sum: make([]float64, n*n), Rows: 4 * n}
 	x := make([]float64, n)
 	for range 64 {
 		for j := range x {
@@ -335,7 +319,7 @@ func BenchmarkGPTQ(b *testing.B) {
 	for i := range w {
 		w[i] = float32(rng.NormFloat64())
 	}
-	spec := QuantSpec{GroupSize: 64, Bits: 4}
+	spec := tensor.QuantSpec{GroupSize: 64, Bits: 4}
 	b.Run("plan", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := newGPTQPlan(g, 0.01); err != nil {
@@ -365,7 +349,7 @@ func BenchmarkGPTQ(b *testing.B) {
 // cfgLayers reads num_hidden_layers from a checkpoint's config.json.
 func cfgLayers(t *testing.T, dir string) int {
 	t.Helper()
-	cfg, err := ReadConfig(dir)
+	cfg, err := model.ReadConfig(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,15 +376,15 @@ func cfgLayers(t *testing.T, dir string) int {
 // error.
 func TestDequantize(t *testing.T) {
 	defer tensortest.NoLeaks(t)()
-	src := filepath.Join("testdata", "llama3", "f32")
+	src := fixture("llama3", "f32")
 	q, d := t.TempDir(), t.TempDir()
-	if err := Convert(src, q, ConvertOptions{Quantize: true, Overrides: []Override{{Match: "lm_head", Spec: &QuantSpec{GroupSize: 32, Bits: 8}}}}); err != nil {
+	if err := Convert(src, q, ConvertOptions{Quantize: true, Overrides: []Override{{Match: "lm_head", Spec: &tensor.QuantSpec{GroupSize: 32, Bits: 8}}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := Dequantize(q, d, tensor.Float32); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := ReadConfig(d)
+	cfg, err := model.ReadConfig(d)
 	if err != nil || cfg.Quant != nil || bytes.Contains(cfg.Raw, []byte("quantization")) {
 		t.Fatalf("dequantized config: quant %v, err %v", cfg.Quant, err)
 	}

@@ -1,4 +1,4 @@
-package demo
+package quant
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mlxgo/mlxgo/model"
+	"github.com/mlxgo/mlxgo/model/demo"
 	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tensor/tensortest"
 )
@@ -55,9 +56,9 @@ func positionLogits(t *testing.T, m model.Model, ids []int32) [][]float32 {
 // are where all dip (to 0.93).
 func TestQuantizedCosineF32(t *testing.T) {
 	defer tensortest.NoLeaks(t)()
-	cacheDir(t)
-	g := readGolden(t)
-	bdir, err := Path()
+	demoCache(t)
+	g := readDemoGolden(t)
+	bdir, err := demo.Path()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,20 +73,20 @@ func TestQuantizedCosineF32(t *testing.T) {
 	for i, p := range g.Prompts {
 		ref[i] = positionLogits(t, fm, p.IDs)
 	}
-	calib, err := model.SampleSequences(fm, []int32{2}, 16, 256, 1)
+	calib, err := SampleSequences(fm, []int32{2}, 16, 256, 1)
 	fm.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmp := t.TempDir()
 	rtn, gptq := filepath.Join(tmp, "rtn"), filepath.Join(tmp, "gptq")
-	if err := model.Convert(bdir, rtn, model.ConvertOptions{Quantize: true}); err != nil {
+	if err := Convert(bdir, rtn, ConvertOptions{Quantize: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := model.Convert(bdir, gptq, model.ConvertOptions{Quantize: true, Method: model.MethodGPTQ, Calibration: calib}); err != nil {
+	if err := Convert(bdir, gptq, ConvertOptions{Quantize: true, Method: MethodGPTQ, Calibration: calib}); err != nil {
 		t.Fatal(err)
 	}
-	qdir, err := QuantizedPath()
+	qdir, err := demo.QuantizedPath()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestQuantizedCosineF32(t *testing.T) {
 	}
 	allMean := map[string]float64{}
 	g32 := filepath.Join(tmp, "gptq32")
-	if err := model.Convert(bdir, g32, model.ConvertOptions{Quantize: true, GroupSize: 32, Method: model.MethodGPTQ, Calibration: calib}); err != nil {
+	if err := Convert(bdir, g32, ConvertOptions{Quantize: true, Spec: tensor.QuantSpec{GroupSize: 32}, Method: MethodGPTQ, Calibration: calib}); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ name, dir string }{{"rtn", rtn}, {"gptq", gptq}, {"gptq-g32", g32}} {

@@ -1,4 +1,4 @@
-package model
+package quant
 
 import (
 	"encoding/json"
@@ -12,17 +12,18 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tensor/safetensors"
 )
 
 // ConvertOptions configures Convert.
 type ConvertOptions struct {
-	// Quantize turns on affine quantization with Bits and GroupSize
-	// (defaults 4 and 64); off, Convert only restacks and recasts.
-	Quantize  bool
-	Bits      int
-	GroupSize int
+	// Quantize turns on affine quantization with Spec (a zero field takes
+	// the default: 4 bits, groups of 64); off, Convert only restacks and
+	// recasts.
+	Quantize bool
+	Spec     tensor.QuantSpec
 	// DType, when valid, is the float type of unquantized tensors and of
 	// scales and biases (default: each tensor's own).
 	DType tensor.DType
@@ -57,7 +58,7 @@ const (
 // Override is one per-module quantization rule for Convert.
 type Override struct {
 	Match string
-	Spec  *QuantSpec
+	Spec  *tensor.QuantSpec
 }
 
 // expertRE matches HF's per-expert weights, which MLX checkpoints stack.
@@ -72,13 +73,13 @@ var expertRE = regexp.MustCompile(`^(.*)\.experts\.(\d+)\.(gate_proj|up_proj|dow
 // other file of the folder (tokenizer, templates) copied.
 func Convert(src, dst string, opts ConvertOptions) (err error) {
 	defer tensor.Recover(&err)
-	if opts.Bits == 0 {
-		opts.Bits = 4
+	if opts.Spec.Bits == 0 {
+		opts.Spec.Bits = 4
 	}
-	if opts.GroupSize == 0 {
-		opts.GroupSize = 64
+	if opts.Spec.GroupSize == 0 {
+		opts.Spec.GroupSize = 64
 	}
-	def := QuantSpec{GroupSize: opts.GroupSize, Bits: opts.Bits}
+	def := opts.Spec
 	if err := checkSpec("convert", def); opts.Quantize && err != nil {
 		return err
 	}
@@ -89,16 +90,16 @@ func Convert(src, dst string, opts ConvertOptions) (err error) {
 			}
 		}
 	}
-	cfg, err := ReadConfig(src)
+	cfg, err := model.ReadConfig(src)
 	if err != nil {
 		return err
 	}
 	if cfg.Quant != nil {
-		return fmt.Errorf("model: convert: %s is already quantized", src)
+		return fmt.Errorf("quant: convert: %s is already quantized", src)
 	}
 	// decide says whether and how the module mod is quantized (explicit:
 	// an override named it).
-	decide := func(mod string, shape []int, dt tensor.DType) (spec QuantSpec, quant, explicit bool) {
+	decide := func(mod string, shape []int, dt tensor.DType) (spec tensor.QuantSpec, quant, explicit bool) {
 		spec, quant = def, opts.Quantize
 		for _, o := range opts.Overrides {
 			if mod == o.Match || strings.HasSuffix(mod, "."+o.Match) {
@@ -125,7 +126,7 @@ func Convert(src, dst string, opts ConvertOptions) (err error) {
 	case "", MethodRTN:
 	case MethodGPTQ:
 		if !opts.Quantize {
-			return fmt.Errorf("model: convert: method %q needs quantization on", opts.Method)
+			return fmt.Errorf("quant: convert: method %q needs quantization on", opts.Method)
 		}
 		outType := func(stored tensor.DType) tensor.DType {
 			if opts.DType.Valid() {
@@ -133,18 +134,18 @@ func Convert(src, dst string, opts ConvertOptions) (err error) {
 			}
 			return stored
 		}
-		if err := runGPTQ(src, opts, func(mod string, shape []int, stored tensor.DType) (QuantSpec, tensor.DType, bool) {
+		if err := runGPTQ(src, opts, func(mod string, shape []int, stored tensor.DType) (tensor.QuantSpec, tensor.DType, bool) {
 			spec, quant, _ := decide(mod, shape, stored)
 			return spec, outType(stored), quant
 		}, gptqOut); err != nil {
 			return err
 		}
 	default:
-		return fmt.Errorf("model: convert: unknown quantization method %q (want %q or %q)", opts.Method, MethodRTN, MethodGPTQ)
+		return fmt.Errorf("quant: convert: unknown quantization method %q (want %q or %q)", opts.Method, MethodRTN, MethodGPTQ)
 	}
 	set, err := safetensors.OpenDir(src)
 	if err != nil {
-		return fmt.Errorf("model: convert: %w", err)
+		return fmt.Errorf("quant: convert: %w", err)
 	}
 	defer set.Close()
 	be := opts.Backend
@@ -173,7 +174,7 @@ func Convert(src, dst string, opts ConvertOptions) (err error) {
 		}
 		plain = append(plain, name)
 	}
-	modules := map[string]*QuantSpec{} // per-module entries for config.json
+	modules := map[string]*tensor.QuantSpec{} // per-module entries for config.json
 	put := func(mod string, w *tensor.Array) {
 		spec, quant, explicit := decide(mod, w.Shape(), w.DType())
 		if quant {
@@ -202,7 +203,7 @@ func Convert(src, dst string, opts ConvertOptions) (err error) {
 		a := load(name)
 		switch {
 		case strings.HasSuffix(name, ".experts.gate_up_proj") && a.NDim() == 3:
-			base := bankName(strings.TrimSuffix(name, ".experts.gate_up_proj"))
+			base := model.BankPath(strings.TrimSuffix(name, ".experts.gate_up_proj"))
 			h := a.Dim(1) / 2
 			for i, proj := range []string{"gate_proj", "up_proj"} {
 				v := tensor.SliceAxis(a, 1, i*h, (i+1)*h)
@@ -213,7 +214,7 @@ func Convert(src, dst string, opts ConvertOptions) (err error) {
 			}
 			a.Free()
 		case strings.HasSuffix(name, ".experts.down_proj") && a.NDim() == 3:
-			put(bankName(strings.TrimSuffix(name, ".experts.down_proj"))+"down_proj", a)
+			put(model.BankPath(strings.TrimSuffix(name, ".experts.down_proj"))+"down_proj", a)
 		case strings.HasSuffix(name, ".weight"):
 			put(strings.TrimSuffix(name, ".weight"), a)
 		default:
@@ -226,7 +227,7 @@ func Convert(src, dst string, opts ConvertOptions) (err error) {
 		for e := range parts {
 			name, ok := experts[e]
 			if !ok {
-				return fmt.Errorf("model: convert: %s: expert %d of %d missing for %s", src, e, len(experts), key)
+				return fmt.Errorf("quant: convert: %s: expert %d of %d missing for %s", src, e, len(experts), key)
 			}
 			parts[e] = load(name)
 		}
@@ -237,10 +238,10 @@ func Convert(src, dst string, opts ConvertOptions) (err error) {
 	}
 
 	if len(gptqOut) > 0 { // every calibrated module must have found its tensor
-		return fmt.Errorf("model: convert: gptq quantized modules the checkpoint does not store under those names: %v", slices.Sorted(maps.Keys(gptqOut)))
+		return fmt.Errorf("quant: convert: gptq quantized modules the checkpoint does not store under those names: %v", slices.Sorted(maps.Keys(gptqOut)))
 	}
 	if err := safetensors.WriteArrays(filepath.Join(dst, safetensors.SingleName), out, map[string]string{"format": "mlx"}); err != nil {
-		return fmt.Errorf("model: convert: %w", err)
+		return fmt.Errorf("quant: convert: %w", err)
 	}
 	if err := writeConfig(cfg, dst, opts, def, modules); err != nil {
 		return err
@@ -254,9 +255,13 @@ func quantizableModule(mod string, shape []int, dt tensor.DType) bool {
 	return len(shape) >= 2 && dt.IsFloat() && !strings.Contains(strings.ToLower(mod), "norm")
 }
 
-// isEmbedding reports whether the module path names an embedding table.
-func isEmbedding(mod string) bool {
-	return strings.HasSuffix(mod, "embed_tokens") || strings.Contains(mod, ".embed_tokens_")
+// checkSpec refuses a spec the kernels do not implement, naming where it
+// was given.
+func checkSpec(where string, s tensor.QuantSpec) error {
+	if err := s.Validate(); err != nil {
+		return fmt.Errorf("%w: %s: %v", model.ErrUnsupported, where, err)
+	}
+	return nil
 }
 
 // Dequantize writes a floating-point copy of the MLX-quantized checkpoint
@@ -270,18 +275,18 @@ func isEmbedding(mod string) bool {
 func Dequantize(src, dst string, dt tensor.DType) (err error) {
 	defer tensor.Recover(&err)
 	if dt != tensor.Invalid && !dt.IsFloat() {
-		return fmt.Errorf("model: dequantize: %s is not a float type", dt)
+		return fmt.Errorf("quant: dequantize: %s is not a float type", dt)
 	}
-	cfg, err := ReadConfig(src)
+	cfg, err := model.ReadConfig(src)
 	if err != nil {
 		return err
 	}
 	if cfg.Quant == nil {
-		return fmt.Errorf("model: dequantize: %s is not quantized", src)
+		return fmt.Errorf("quant: dequantize: %s is not quantized", src)
 	}
 	set, err := safetensors.OpenDir(src)
 	if err != nil {
-		return fmt.Errorf("model: dequantize: %w", err)
+		return fmt.Errorf("quant: dequantize: %w", err)
 	}
 	defer set.Close()
 	out := map[string]*tensor.Array{}
@@ -293,7 +298,7 @@ func Dequantize(src, dst string, dt tensor.DType) (err error) {
 		case strings.HasSuffix(name, ".scales"):
 			spec, ok := cfg.Quant.For(base)
 			if !ok {
-				return fmt.Errorf("model: dequantize: %s: module %q is quantized but config.json marks it false", src, base)
+				return fmt.Errorf("quant: dequantize: %s: module %q is quantized but config.json marks it false", src, base)
 			}
 			wq, s, b := load(base+".weight"), load(name), load(base+".biases")
 			to := dt
@@ -311,9 +316,9 @@ func Dequantize(src, dst string, dt tensor.DType) (err error) {
 		return err
 	}
 	if err := safetensors.WriteArrays(filepath.Join(dst, safetensors.SingleName), out, map[string]string{"format": "mlx"}); err != nil {
-		return fmt.Errorf("model: dequantize: %w", err)
+		return fmt.Errorf("quant: dequantize: %w", err)
 	}
-	if err := writeConfig(cfg, dst, ConvertOptions{DType: dt}, QuantSpec{}, nil); err != nil {
+	if err := writeConfig(cfg, dst, ConvertOptions{DType: dt}, tensor.QuantSpec{}, nil); err != nil {
 		return err
 	}
 	return copyExtras(src, dst)
@@ -344,18 +349,8 @@ func freeAll(m map[string]*tensor.Array) {
 	}
 }
 
-// bankName is where mlx-lm keeps a stacked expert bank: under
-// "<mlp>.switch_mlp." for Qwen-style blocks, "<layer>.experts.switch_glu."
-// for Gemma 4's experts, which sit beside the MLP.
-func bankName(base string) string {
-	if strings.HasSuffix(base, ".mlp") {
-		return base + ".switch_mlp."
-	}
-	return base + ".experts.switch_glu."
-}
-
 // writeConfig writes config.json with the quantization section added.
-func writeConfig(cfg *Config, dst string, opts ConvertOptions, def QuantSpec, modules map[string]*QuantSpec) error {
+func writeConfig(cfg *model.Config, dst string, opts ConvertOptions, def tensor.QuantSpec, modules map[string]*tensor.QuantSpec) error {
 	var m map[string]any
 	if err := json.Unmarshal(cfg.Raw, &m); err != nil {
 		return err
@@ -363,7 +358,7 @@ func writeConfig(cfg *Config, dst string, opts ConvertOptions, def QuantSpec, mo
 	delete(m, "quantization")
 	delete(m, "quantization_config")
 	if opts.Quantize {
-		q := &QuantConfig{QuantSpec: def, Mode: "affine", Modules: modules}
+		q := &model.QuantConfig{QuantSpec: def, Mode: "affine", Modules: modules}
 		m["quantization"] = q
 		m["quantization_config"] = q
 	}

@@ -1,4 +1,4 @@
-package model
+package quant
 
 import (
 	"encoding/binary"
@@ -7,11 +7,11 @@ import (
 	"math"
 	"runtime"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 
+	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/tensor"
+	"github.com/mlxgo/mlxgo/tensor/safetensors"
 )
 
 // GPTQOptions tunes GPTQ quantization (Convert with Method "gptq").
@@ -59,7 +59,7 @@ type gptqPlan struct {
 // L is the lower Cholesky factor of P·H·P: one factorisation and one
 // triangular inverse, no explicit H⁻¹, computed in float32 (as GPTQ
 // implementations do) mostly as matrix products.
-func newGPTQPlan(g *Gram, damp float64) (*gptqPlan, error) {
+func newGPTQPlan(g *gram, damp float64) (*gptqPlan, error) {
 	n := g.In
 	if g.Rows == 0 {
 		return nil, fmt.Errorf("no calibration rows")
@@ -114,7 +114,7 @@ func newGPTQPlan(g *Gram, damp float64) (*gptqPlan, error) {
 // scale and bias are fixed when its first column is reached, rounded to dt
 // (the type they are stored in) before any code is chosen, so the stored
 // checkpoint dequantizes to exactly what the error feedback assumed.
-func gptqQuantize(w []float32, out, in int, plan *gptqPlan, spec QuantSpec, dt tensor.DType, opts GPTQOptions) (codes []uint8, scales, biases []float32) {
+func gptqQuantize(w []float32, out, in int, plan *gptqPlan, spec tensor.QuantSpec, dt tensor.DType, opts GPTQOptions) (codes []uint8, scales, biases []float32) {
 	gs, bits := spec.GroupSize, spec.Bits
 	opts = opts.withDefaults(gs)
 	ng := in / gs
@@ -220,7 +220,7 @@ func groupGrid(v []float64, bits int, dt tensor.DType) (scale, bias float32) {
 
 // gptqDecide says how Convert will store a module: its spec, the float
 // type of its scales and biases, and whether it is quantized at all.
-type gptqDecide func(mod string, shape []int, stored tensor.DType) (QuantSpec, tensor.DType, bool)
+type gptqDecide func(mod string, shape []int, stored tensor.DType) (tensor.QuantSpec, tensor.DType, bool)
 
 // runGPTQ quantizes with GPTQ every dense layer of the model in src that
 // the calibration reaches, computing in float32, one depth at a time (the
@@ -231,24 +231,26 @@ type gptqDecide func(mod string, shape []int, stored tensor.DType) (QuantSpec, t
 // weight, scales and biases go into results under its path.
 func runGPTQ(src string, opts ConvertOptions, decide gptqDecide, results map[string][3]*tensor.Array) (err error) {
 	if len(opts.Calibration) == 0 {
-		return fmt.Errorf("model: convert: method %q needs calibration sequences", opts.Method)
+		return fmt.Errorf("quant: convert: method %q needs calibration sequences", opts.Method)
 	}
-	m, err := Load(src, &LoadOptions{Backend: opts.Backend, DType: tensor.Float32})
+	c := newCalibrator()
+	m, err := model.Load(src, &model.LoadOptions{Backend: opts.Backend, DType: tensor.Float32, Wrap: c})
 	if err != nil {
-		return fmt.Errorf("model: convert: calibration: %w", err)
+		return fmt.Errorf("quant: convert: calibration: %w", err)
 	}
 	defer m.Close()
-	l := m.(*Loaded)
+	l := m.(*model.Loaded)
+	set, err := safetensors.OpenDir(src)
+	if err != nil {
+		return fmt.Errorf("quant: convert: %w", err)
+	}
+	defer set.Close()
 	var made []*tensor.Array // dequantized stand-ins, freed at the end
 	defer func() { tensor.Free(made...) }()
 	defer tensor.Recover(&err)
-	be := l.w.Backend()
+	be := l.Backend()
 	stored := func(mod string) tensor.DType {
-		name := mod + ".weight"
-		if b, ok := l.w.banks[mod]; ok {
-			name = b.src
-		}
-		info, err := l.set.Info(name)
+		info, err := set.Info(c.source[mod])
 		if err != nil {
 			panic(&tensor.Error{Op: "convert", Err: err})
 		}
@@ -259,15 +261,16 @@ func runGPTQ(src string, opts ConvertOptions, decide gptqDecide, results map[str
 		made = append(made, a)
 		return a
 	}
-	layers := l.info.Layers
+	layers := l.Info().Layers
+	c.layers = layers
 	depths := map[int][]string{}
-	for mod := range l.w.linears {
+	for mod := range c.linears {
 		depths[moduleDepth(mod, layers)] = append(depths[moduleDepth(mod, layers)], mod)
 	}
-	for mod := range l.w.banks {
+	for mod := range c.banks {
 		depths[moduleDepth(mod, layers)] = append(depths[moduleDepth(mod, layers)], mod)
 	}
-	for mod, e := range l.w.embeds {
+	for mod, e := range c.embeds {
 		spec, dt, ok := decide(mod, e.Weight.Shape(), stored(mod))
 		if !ok {
 			continue
@@ -288,13 +291,13 @@ func runGPTQ(src string, opts ConvertOptions, decide gptqDecide, results map[str
 		for _, mod := range mods {
 			want[mod] = true
 		}
-		grams, err := collectGrams(l, opts.Calibration, want)
+		grams, err := c.collect(l, opts.Calibration, want, d)
 		if err != nil {
 			return err
 		}
-		plans := map[*Gram]*gptqPlan{}
+		plans := map[*gram]*gptqPlan{}
 		// quantize one [out, in] matrix with its Gram (nil: plain rounding)
-		one := func(mod string, w *tensor.Array, g *Gram, spec QuantSpec, dt tensor.DType) quantized {
+		one := func(mod string, w *tensor.Array, g *gram, spec tensor.QuantSpec, dt tensor.DType) quantized {
 			if g == nil || g.Rows < g.In {
 				// unreached, or seen on fewer rows than inputs (an expert the
 				// calibration rarely routes to): the Gram is singular and
@@ -312,14 +315,14 @@ func runGPTQ(src string, opts ConvertOptions, decide gptqDecide, results map[str
 		}
 		for _, mod := range mods {
 			var weight **tensor.Array
-			var bank *SwitchLinear
+			var bank *model.SwitchLinear
 			switch {
-			case l.w.linears[mod] != nil:
-				weight = &l.w.linears[mod].Weight
-			case l.w.embeds[mod] != nil:
-				weight = &l.w.embeds[mod].Weight
+			case c.linears[mod] != nil:
+				weight = &c.linears[mod].Weight
+			case c.embeds[mod] != nil:
+				weight = &c.embeds[mod].Weight
 			default:
-				bank = l.w.banks[mod].bank
+				bank = c.banks[mod]
 				weight = &bank.Weight
 			}
 			w := *weight
@@ -369,7 +372,7 @@ type quantized struct {
 }
 
 // rtnMatrix rounds w [out, in] as Convert does without calibration.
-func rtnMatrix(w *tensor.Array, spec QuantSpec, dt tensor.DType) quantized {
+func rtnMatrix(w *tensor.Array, spec tensor.QuantSpec, dt tensor.DType) quantized {
 	c := tensor.AsType(w, dt)
 	q, s, b := tensor.Quantize(c, spec.GroupSize, spec.Bits)
 	c.Free()
@@ -379,7 +382,7 @@ func rtnMatrix(w *tensor.Array, spec QuantSpec, dt tensor.DType) quantized {
 }
 
 // gptqMatrix quantizes w [out, in] with GPTQ against plan.
-func gptqMatrix(be tensor.Backend, w *tensor.Array, plan *gptqPlan, spec QuantSpec, dt tensor.DType, opts GPTQOptions) quantized {
+func gptqMatrix(be tensor.Backend, w *tensor.Array, plan *gptqPlan, spec tensor.QuantSpec, dt tensor.DType, opts GPTQOptions) quantized {
 	out, in := w.Dim(0), w.Dim(1)
 	codes, s, b := gptqQuantize(w.Float32s(), out, in, plan, spec, dt, opts)
 	deq := make([]float32, out*in)
@@ -395,27 +398,9 @@ func gptqMatrix(be tensor.Backend, w *tensor.Array, plan *gptqPlan, spec QuantSp
 	return quantized{packAffine(be, codes, s, b, out, in, spec, dt), d}
 }
 
-// moduleDepth orders modules for sequential GPTQ: layer i's modules at
-// depth i, modules outside the layers before them (input projections)
-// or, for the output head, after them.
-func moduleDepth(mod string, layers int) int {
-	if i := strings.Index(mod, "layers."); i >= 0 {
-		rest := mod[i+len("layers."):]
-		if j := strings.IndexByte(rest, '.'); j > 0 {
-			if n, err := strconv.Atoi(rest[:j]); err == nil {
-				return n
-			}
-		}
-	}
-	if strings.HasSuffix(mod, "lm_head") {
-		return layers
-	}
-	return -1
-}
-
 // packAffine writes codes, scales and biases (already rounded to dt) as
 // MLX's packed weight and dt scales and biases on be.
-func packAffine(be tensor.Backend, codes []uint8, scales, biases []float32, out, in int, spec QuantSpec, dt tensor.DType) [3]*tensor.Array {
+func packAffine(be tensor.Backend, codes []uint8, scales, biases []float32, out, in int, spec tensor.QuantSpec, dt tensor.DType) [3]*tensor.Array {
 	wpr := tensor.PackedDim(in, spec.Bits)
 	words := make([]uint32, out*wpr)
 	for r := range out {

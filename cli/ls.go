@@ -14,6 +14,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/cli/internal/hub"
 	"github.com/mlxgo/mlxgo/model/demo"
+	"github.com/mlxgo/mlxgo/tensor"
 )
 
 // modelsDirEnv names the local folder of models that `mlxgo ls` lists
@@ -224,9 +225,8 @@ func describeConfig(raw []byte, readErr error) (arch, quant string, err error) {
 		TorchDType    string   `json:"torch_dtype"`
 		DType         string   `json:"dtype"`
 		Quantization  *struct {
-			Bits      int    `json:"bits"`
-			GroupSize int    `json:"group_size"`
-			Mode      string `json:"mode"`
+			tensor.QuantSpec
+			Mode string `json:"mode"`
 		} `json:"quantization"`
 		QuantConfig *struct {
 			Method string `json:"quant_method"`

@@ -56,9 +56,9 @@ type calibrator struct {
 	source  map[string]string // module path → stored tensor of its weight
 
 	// the pass in progress (collect)
-	want  map[string]bool      // modules whose inputs are recorded
-	depth int                  // their depth: a deeper probe stops the pass
-	grams map[string]*gram     // by module path (experts: expertKey)
+	want  map[string]bool         // modules whose inputs are recorded
+	depth int                     // their depth: a deeper probe stops the pass
+	grams map[string]*gram        // by module path (experts: expertKey)
 	seen  map[*tensor.Array]*gram // inputs already counted in this sequence
 }
 

@@ -44,4 +44,3 @@ func TestConvertCosine(t *testing.T) {
 		}
 	}
 }
-

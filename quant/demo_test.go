@@ -124,4 +124,3 @@ func TestQuantized(t *testing.T) {
 		t.Errorf("only %d teacher-forced steps compared with the reference", total)
 	}
 }
-

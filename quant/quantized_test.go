@@ -76,4 +76,3 @@ func gemma4Quantized(t *testing.T) {
 		})
 	}
 }
-

@@ -310,4 +310,3 @@ func TestGreedyF32(t *testing.T) {
 		t.Errorf("only %d greedy tokens compared before near-ties", total)
 	}
 }
-

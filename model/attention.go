@@ -56,6 +56,20 @@ func Attend(q, k, v *tensor.Array, c kv.Cache, mask kv.Mask, scale float32) *ten
 	return kv.Attend(q, got, mask, tensor.SDPAOptions{Scale: scale})
 }
 
+// mergeEmbeddings returns emb (cast to h's dtype) where mask is set and h
+// elsewhere (emb everywhere without a mask). h is consumed: it is freed
+// unless it is returned.
+func mergeEmbeddings(h, emb, mask *tensor.Array) *tensor.Array {
+	sc := tensor.NewScope()
+	defer sc.Close()
+	out := tensor.AsType(emb, h.DType())
+	if mask != nil {
+		out = tensor.Where(tensor.ExpandDims(mask, -1), out, h)
+	}
+	h.Free()
+	return sc.Keep(out)
+}
+
 // LayerMask is the mask for t new tokens of the layer whose cache is
 // caches[layer], computed before the cache is updated (call it once per
 // forward for each distinct cache layout and share it). window 0 means
@@ -94,13 +108,5 @@ func EmbedInputs(e *Embedding, ids *tensor.Array, opts *ForwardOptions) *tensor.
 	if emb.NDim() != 3 || emb.Dim(0) != h.Dim(0) || emb.Dim(1) != h.Dim(1) || emb.Dim(2) != h.Dim(2) {
 		panic(&tensor.Error{Op: "model.Forward", Err: fmt.Errorf("%w: embeddings %v for hidden states %v", tensor.ErrShape, emb.Shape(), h.Shape())})
 	}
-	cast := tensor.AsType(emb, h.DType())
-	if opts.EmbedMask == nil {
-		h.Free()
-		return cast
-	}
-	m := tensor.ExpandDims(opts.EmbedMask, -1)
-	out := tensor.Where(m, cast, h)
-	tensor.Free(m, cast, h)
-	return out
+	return mergeEmbeddings(h, emb, opts.EmbedMask)
 }

@@ -257,9 +257,7 @@ func (m *Gemma4) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOpti
 // embed returns the scaled token embeddings, with precomputed embeddings
 // (multimodal features, already in the model's space) merged per opts.
 func (m *Gemma4) embed(ids *tensor.Array, opts *ForwardOptions) *tensor.Array {
-	e := m.Embed.Forward(ids)
-	h := tensor.MulScalar(e, m.embedScale)
-	e.Free()
+	h := scoped(func() *tensor.Array { return tensor.MulScalar(m.Embed.Forward(ids), m.embedScale) })
 	if opts == nil || opts.Embeddings == nil {
 		return h
 	}
@@ -267,15 +265,7 @@ func (m *Gemma4) embed(ids *tensor.Array, opts *ForwardOptions) *tensor.Array {
 	if emb.NDim() != 3 || emb.Dim(0) != h.Dim(0) || emb.Dim(1) != h.Dim(1) || emb.Dim(2) != h.Dim(2) {
 		panic(&tensor.Error{Op: "gemma4.Forward", Err: fmt.Errorf("%w: embeddings %v for hidden states %v", tensor.ErrShape, emb.Shape(), h.Shape())})
 	}
-	cast := tensor.AsType(emb, h.DType())
-	if opts.EmbedMask == nil {
-		h.Free()
-		return cast
-	}
-	mk := tensor.ExpandDims(opts.EmbedMask, -1)
-	out := tensor.Where(mk, cast, h)
-	tensor.Free(mk, cast, h)
-	return out
+	return mergeEmbeddings(h, emb, opts.EmbedMask)
 }
 
 // forward runs the layer on x [B, T, D]. shared is the donor's keys and

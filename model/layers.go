@@ -34,20 +34,18 @@ func (l *Linear) Quantized() bool { return l.Scales != nil }
 
 // Forward applies the layer to x [..., in].
 func (l *Linear) Forward(x *tensor.Array) *tensor.Array {
-	var y *tensor.Array
-	if l.Scales != nil {
-		y = tensor.QuantizedMatmul(x, l.Weight, l.Scales, l.Biases, true, l.GroupSize, l.Bits)
-	} else {
-		wt := tensor.Transpose(l.Weight)
-		y = tensor.Matmul(x, wt)
-		wt.Free()
-	}
-	if l.Bias != nil {
-		yb := tensor.Add(y, l.Bias)
-		y.Free()
-		y = yb
-	}
-	return y
+	return scoped(func() *tensor.Array {
+		var y *tensor.Array
+		if l.Scales != nil {
+			y = tensor.QuantizedMatmul(x, l.Weight, l.Scales, l.Biases, true, l.GroupSize, l.Bits)
+		} else {
+			y = tensor.Matmul(x, tensor.Transpose(l.Weight))
+		}
+		if l.Bias != nil {
+			y = tensor.Add(y, l.Bias)
+		}
+		return y
+	})
 }
 
 // Linear loads the layer at the model-relative path name (name.weight,
@@ -100,12 +98,12 @@ func (e *Embedding) Forward(ids *tensor.Array) *tensor.Array {
 	if e.Scales == nil {
 		return tensor.Take(e.Weight, ids, 0)
 	}
-	w := tensor.Take(e.Weight, ids, 0)
-	s := tensor.Take(e.Scales, ids, 0)
-	b := tensor.Take(e.Biases, ids, 0)
-	out := tensor.Dequantize(w, s, b, e.GroupSize, e.Bits, e.DType)
-	tensor.Free(w, s, b)
-	return out
+	return scoped(func() *tensor.Array {
+		w := tensor.Take(e.Weight, ids, 0)
+		s := tensor.Take(e.Scales, ids, 0)
+		b := tensor.Take(e.Biases, ids, 0)
+		return tensor.Dequantize(w, s, b, e.GroupSize, e.Bits, e.DType)
+	})
 }
 
 // AsLinear uses the table as an output projection (tied heads): x [..., dim]
@@ -181,23 +179,25 @@ type MLP struct {
 
 // Forward applies the block to x [..., dim].
 func (m *MLP) Forward(x *tensor.Array) *tensor.Array {
-	g := m.Gate.Forward(x)
-	u := m.Up.Forward(x)
-	h := glu(m.Act, g, u)
-	tensor.Free(g, u)
-	out := m.Down.Forward(h)
-	h.Free()
-	return out
+	return scoped(func() *tensor.Array {
+		return m.Down.Forward(glu(m.Act, m.Gate.Forward(x), m.Up.Forward(x)))
+	})
 }
 
+// glu is act(g)·u, its temporary in the caller's scope.
 func glu(act func(*tensor.Array) *tensor.Array, g, u *tensor.Array) *tensor.Array {
 	if act == nil {
 		act = tensor.Silu
 	}
-	a := act(g)
-	h := tensor.Mul(a, u)
-	a.Free()
-	return h
+	return tensor.Mul(act(g), u)
+}
+
+// scoped runs f inside a tensor.Scope and keeps only what it returns: the
+// package's one rule for temporaries (see the package doc).
+func scoped(f func() *tensor.Array) *tensor.Array {
+	sc := tensor.NewScope()
+	defer sc.Close()
+	return sc.Keep(f())
 }
 
 // MLP loads name.gate_proj, name.up_proj and name.down_proj.

@@ -34,17 +34,14 @@ func (m *SparseMoE) Forward(x *tensor.Array) *tensor.Array {
 // TopKRouting returns the indices (int32) and values of the k largest
 // router probabilities along the last axis, in no particular order.
 func TopKRouting(probs *tensor.Array, k int) (inds, vals *tensor.Array) {
-	neg := tensor.Neg(probs)
-	part := tensor.Argpartition(neg, k-1, -1)
-	neg.Free()
-	e := part.Dim(-1)
-	if k < e {
-		inds = tensor.SliceAxis(part, part.NDim()-1, 0, k)
-		part.Free()
-	} else {
-		inds = part
+	sc := tensor.NewScope()
+	defer sc.Close()
+	inds = tensor.Argpartition(tensor.Neg(probs), k-1, -1)
+	if e := inds.Dim(-1); k < e {
+		inds = tensor.SliceAxis(inds, inds.NDim()-1, 0, k)
 	}
 	vals = tensor.TakeAlongAxis(probs, inds, -1)
+	sc.Keep(inds, vals)
 	return inds, vals
 }
 

@@ -44,10 +44,10 @@ func (s *SwitchLinear) Len() int { return s.Experts }
 
 // Expert implements ExpertBank.
 func (s *SwitchLinear) Expert(e int, x *tensor.Array) *tensor.Array {
-	l, views := s.expert(e)
-	y := l.Forward(x)
-	tensor.Free(views...)
-	return y
+	return scoped(func() *tensor.Array {
+		l, _ := s.expert(e)
+		return l.Forward(x)
+	})
 }
 
 // expert returns expert e's [out, in] matrix as a plain Linear (views).

@@ -96,3 +96,73 @@ func TestMatmulRowInvariant(t *testing.T) {
 		}
 	})
 }
+
+// TestQuantizedMatmulRowInvariant: quantized products (every bit width,
+// group sizes 32/64/128, x·Wᵀ and x·W, float32/bfloat16/float16 x) give
+// every row the same bits alone as among M rows, whichever kernel the row
+// count selects (matvec, multi-row, prefill).
+func TestQuantizedMatmulRowInvariant(t *testing.T) {
+	forEachKernel(t, func(t *testing.T) {
+		live := tensor.LiveArrays()
+		r := rand.New(rand.NewPCG(9, 10))
+		ms := []int{2, 5, 7, 8, 9, 13, 24, 40, 67}
+		c := 0
+		for _, bits := range []int{2, 3, 4, 5, 6, 8} {
+			for _, gs := range []int{32, 64, 128} {
+				for _, transpose := range []bool{true, false} {
+					for _, dt := range invDTypes {
+						c++
+						m := ms[c%len(ms)]
+						// inner × outer: K a few groups (not a multiple of 64
+						// for gs 32) for x·Wᵀ; any K for x·W
+						n, k := 40+c%23, gs*(1+c%3)+gs*2*(c%2)
+						if !transpose {
+							n, k = gs*(1+c%2), 37+c*13%300
+						}
+						if c%5 == 0 {
+							m = 40
+						}
+						name := fmt.Sprintf("b%d/g%d/T=%v/%s/M%d_K%d_N%d", bits, gs, transpose, dt, m, k, n)
+						s := tensor.NewScope()
+						wshape := []int{n, k}
+						if !transpose {
+							wshape = []int{k, n}
+						}
+						w := tensor.FromFloat32(randF32(r, k*n), wshape, dt)
+						wq, sc, bi := tensor.Quantize(w, gs, bits)
+						x := tensor.FromFloat32(randF32(r, m*k), []int{m, k}, dt)
+						checkRowInvariant(t, name, m,
+							func() *tensor.Array { return tensor.QuantizedMatmul(x, wq, sc, bi, transpose, gs, bits) },
+							func(i int) *tensor.Array {
+								return tensor.QuantizedMatmul(rowOf(x, 0, i), wq, sc, bi, transpose, gs, bits)
+							})
+						s.Close()
+					}
+				}
+			}
+		}
+		if d := tensor.LiveArrays() - live; d != 0 {
+			t.Errorf("%d arrays leaked", d)
+		}
+	})
+}
+
+// TestQuantizedMatmulNLongK: x·W over a K long enough to be summed in
+// several segments gives the same bits whatever the worker count and row
+// count.
+func TestQuantizedMatmulNLongK(t *testing.T) {
+	forEachKernel(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(11, 12))
+		for _, bits := range []int{4, 8} {
+			const k, n, gs, m = 3*1024 + 77, 64, 64, 12
+			s := tensor.NewScope()
+			w := tensor.FromFloat32(randF32(r, k*n), []int{k, n}, tensor.BFloat16)
+			wq, sc, bi := tensor.Quantize(w, gs, bits)
+			x := tensor.FromFloat32(randF32(r, m*k), []int{m, k}, tensor.BFloat16)
+			checkRowInvariant(t, fmt.Sprintf("b%d", bits), m,
+				func() *tensor.Array { return tensor.QuantizedMatmul(x, wq, sc, bi, false, gs, bits) },
+				func(i int) *tensor.Array { return tensor.QuantizedMatmul(rowOf(x, 0, i), wq, sc, bi, false, gs, bits) })
+			s.Close()
+		}
+	})
+}

@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -9,11 +8,11 @@ import (
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
-// TestQGemmExact holds the AVX512_BF16 prefill kernel to an exact float64
-// reference: every product is exact, so only float32 accumulation may
-// differ (a few float32 ulps of Σ|x·s·q| + Σ|x·b| per accumulation step).
-// Batches of 8..200 rows (partial 6-row tiles), N with partial 32-column
-// panels, K of 1, 3 and 5 groups of 32, 64 and 128, 4- and 8-bit codes,
+// TestQGemmExact holds the AVX512_BF16 kernels at prefill batch sizes to
+// an exact float64 reference: every product is exact, so only float32
+// accumulation may differ (a few float32 ulps of Σ|x·s·q| + Σ|x·b| per
+// accumulation step). Batches of 8..200 rows (passes of 8, 4, 2 and 1
+// rows), odd N, K of 1, 3 and 5 groups of 32, 64 and 128, 4- and 8-bit codes,
 // bfloat16 and float16 x; the public product must be the kernel's value
 // rounded to x's dtype, and the same product without AVX512_BF16 (the
 // fallback kernels) must agree within the same bound.
@@ -48,7 +47,7 @@ func checkQGemm(t *testing.T, r *rand.Rand, bits, gs, k, n, m int, dt tensor.DTy
 	t.Helper()
 	s := tensor.NewScope()
 	defer s.Close()
-	c := newQKCase(t, r, "prefill", qgemmUsable, qgemmT, bits, gs, k, n, m, dt)
+	c := newQKCase(t, r, "prefill", qmvUsable, qmvT, bits, gs, k, n, m, dt)
 	name, g := c.name, c.got
 	ref, mq, mb, _ := qmvRef(c.xr, c.wq, c.sc, c.bi, m, n, k, gs, bits)
 	steps := float64(k/gs + gs + 8)
@@ -82,34 +81,33 @@ func checkQGemm(t *testing.T, r *rand.Rand, bits, gs, k, n, m int, dt tensor.DTy
 	}
 }
 
-// BenchmarkQGemmKern times the prefill microkernel alone on one core (a
-// 6×32 tile over K = 2048 from an L2-resident panel): its GFLOP/s is the
-// ceiling of the quantized prefill per core.
-func BenchmarkQGemmKern(b *testing.B) {
+// BenchmarkQMVKern times the matvec kernel alone on one core at prefill
+// pass size (64 weight rows of K = 2048 from L2, 8 x rows): its GFLOP/s is
+// the ceiling of the quantized prefill per core.
+func BenchmarkQMVKern(b *testing.B) {
 	if !hasBF16 {
 		b.Skip("no AVX512_BF16")
 	}
-	for _, k := range []int{256, 2048} {
-		b.Run(fmt.Sprintf("K%d", k), func(b *testing.B) {
-			const gs = 64
-			ng := k / gs
-			pan := make([]uint32, k/2*qgNR)
-			for i := range pan {
-				pan[i] = 0x40004000
-			}
-			x := make([]uint16, qgMR*k)
-			for i := range x {
-				x[i] = 0x3f80
-			}
-			sb := make([]float32, 2*qgNR*ng)
-			xs := make([]float32, qgMR*ng)
-			out := make([]float32, qgMR*qgNR)
-			for b.Loop() {
-				qgemmKern(&pan[0], &x[0], 2*k, 0, &sb[0], &xs[0], 4*ng, ng, gs/2, &out[0], 4*qgNR, 0)
-			}
-			b.ReportMetric(2*qgMR*qgNR*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-		})
+	const k, gs, rows, nx = 2048, 64, 64, 8
+	ng := k / gs
+	wb := make([]byte, rows*k/2)
+	for i := range wb {
+		wb[i] = byte(i * 37)
 	}
+	x := make([]uint16, nx*k)
+	for i := range x {
+		x[i] = 0x3f80
+	}
+	s := make([]float32, rows*ng+16)
+	bias := make([]float32, rows*ng+16)
+	gx := make([]float32, nx*ng)
+	out := make([]float32, nx*rows)
+	sidx := &qmvLaneGroup[1]
+	for b.Loop() {
+		qmvRowsX(&wb[0], &x[0], 0, 2*k, k/128, 0, &s[0], ng, 128/gs*4, &sidx[0], &bias[0], &gx[0], 4*ng,
+			&out[0], 4*rows, rows, k/2, nx)
+	}
+	b.ReportMetric(2*float64(nx*rows*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
 
 // TestStoreBF16 holds the vector rounding to tensor.F32ToBF16 bit for bit:

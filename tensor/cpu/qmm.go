@@ -204,14 +204,10 @@ func qmmRun(dst, xb []byte, dt tensor.DType, rows int, w qmat, transpose bool) {
 	} else {
 		out = make([]float32, rows*outer)
 	}
+	// each path computes a row the same way whatever rows it is given with
+	// (the kernel is chosen by the weight and dtype, never by the row count)
 	switch {
-	case transpose && qgemmUsable(rows, w, dt):
-		var raw []uint16
-		if dt == tensor.BFloat16 {
-			raw = u16s(xb)[:rows*inner]
-		}
-		qgemmT(out, x, raw, rows, w)
-	case transpose && qmvUsable(rows, w, dt):
+	case transpose && qmvUsable(w, dt):
 		var raw []uint16
 		if dt == tensor.BFloat16 {
 			raw = u16s(xb)[:rows*inner]
@@ -296,8 +292,10 @@ func permute32(dst, src []float32) {
 var nibbleIota = [16]float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
 
 // qmmT4 is qmmT for 4-bit codes with the AVX-512 kernels: single rows go
-// through qdot4 (a per-group table of the 16 dequantized values); blocks of 8 rows through qgemm4x8, which dequantizes each chunk once
-// for all 8.
+// through qdot4 (a per-group table of the 16 dequantized values), four
+// weight rows at a time for a lone x row through qdot4x4; blocks of 8 rows
+// through qgemm4x8, which dequantizes each chunk once for all 8. All three
+// give a row the same bits (the same accumulators, order and final sum).
 func qmmT4(out, x []float32, rows int, w qmat) {
 	n, k, gs, ng := w.rows, w.cols, w.gs, w.groups()
 	cpg := gs / 32

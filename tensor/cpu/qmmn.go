@@ -1,10 +1,6 @@
 package cpu
 
-import (
-	"slices"
-	"sync"
-	"unsafe"
-)
+import "unsafe"
 
 // Non-transposed quantized matmul (x @ W, W packed along its columns) for
 // few x rows and many W rows: probs @ V in quantized-KV attention, where
@@ -16,14 +12,16 @@ import (
 // per 16 values: a 32-column block lies in one group since groups are 32,
 // 64 or 128), and every x row then adds x[m, k] times it into its own
 // register accumulators, so the bias needs no separate term and each
-// weight byte is read once per call. Workers split K (M·N is too small to
-// split) and keep partial sums that are added at the end.
+// weight byte is read once per call. K is cut into fixed segments
+// (M·N is too small to split) whose partial sums are added at the end, in
+// order.
 //
 // Precision: x is used as float32 (exactly its bfloat16, float16 or
 // float32 value); the dequantized weight s·q + b is rounded once to
 // float32 (as the plain-Go path does), and the rest is float32
-// accumulation in order within a worker's range of K, the workers' sums
-// then added in K order (so results do not depend on timing): the error
+// accumulation in order within a segment of K, the segments' sums then
+// added in K order (so results depend on neither timing nor the worker
+// count, and a row's on no other row): the error
 // stays within float32 accumulation error of Σ_k |x·w|. TestQMatmulNExact
 // holds it to that bound against float64, and to exact equality on data
 // where every step is exact.
@@ -32,6 +30,10 @@ import (
 // accumulators per row in 16 of the 32 vector registers); more rows run
 // in passes of up to this many.
 const qmmNMaxRows = 8
+
+// qmmNSegment is the length of the fixed K segments qmmNFast sums
+// separately (and in parallel) before adding them in order.
+const qmmNSegment = 1024
 
 // qmmNChunkBytes bounds the packed bytes of one chunk of rows, so a
 // chunk stays in L1 while its column blocks are walked one after another.
@@ -58,47 +60,44 @@ func qmmNFast(out, x []float32, rows int, w qmat) {
 	wb := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w.words))), len(w.words)*4)
 	passes := (rows + qmmNMaxRows - 1) / qmmNMaxRows
 	blk := nb * qmmNMaxRows * 32 // one pass's partial sums, kernel lane order
-	var mu sync.Mutex
-	parts := map[int][]float32{} // by first row of the worker's K range
-	parallelFor(kin, max(kc, 1024), func(lo, hi int) {
+	// K is summed in fixed segments of qmmNSegment rows, each from zero,
+	// then the segments' sums are added in K order: workers take whole
+	// segments, so the result depends on neither their count nor timing
+	segs := (kin + qmmNSegment - 1) / qmmNSegment
+	parts := make([][]float32, segs)
+	parallelFor(segs, 1, func(s0, s1 int) {
 		buf := qmmNPool.get(kc*qmmNMaxRows + 2*kc*ng)
 		defer qmmNPool.put(buf)
 		f := *buf
 		xt := f[:kc*qmmNMaxRows]
 		sv := f[kc*qmmNMaxRows:][:kc*ng]
 		bv := f[kc*qmmNMaxRows+kc*ng:][:kc*ng]
-		part := make([]float32, passes*blk)
-		for k0 := lo; k0 < hi; k0 += kc {
-			nk := min(kc, hi-k0)
-			w.rowScales(sv, bv, k0, k0+nk)
-			for p := range passes {
-				m0 := p * qmmNMaxRows
-				mr := min(qmmNMaxRows, rows-m0)
-				for m := range mr {
-					xr := x[(m0+m)*kin+k0 : (m0+m)*kin+k0+nk]
-					for i, v := range xr {
-						xt[i*qmmNMaxRows+m] = v
+		for seg := s0; seg < s1; seg++ {
+			lo, hi := seg*qmmNSegment, min(kin, (seg+1)*qmmNSegment)
+			part := make([]float32, passes*blk)
+			for k0 := lo; k0 < hi; k0 += kc {
+				nk := min(kc, hi-k0)
+				w.rowScales(sv, bv, k0, k0+nk)
+				for p := range passes {
+					m0 := p * qmmNMaxRows
+					mr := min(qmmNMaxRows, rows-m0)
+					for m := range mr {
+						xr := x[(m0+m)*kin+k0 : (m0+m)*kin+k0+nk]
+						for i, v := range xr {
+							xt[i*qmmNMaxRows+m] = v
+						}
+					}
+					for cb := range nb {
+						g := cb * 32 / w.gs
+						qmmNKern(&wb[k0*ldw+cb*32*w.bits/8], ldw, &xt[0], &sv[g], &bv[g], 4*ng, nk, mr,
+							&part[p*blk+cb*qmmNMaxRows*32], w.bits)
 					}
 				}
-				for cb := range nb {
-					g := cb * 32 / w.gs
-					qmmNKern(&wb[k0*ldw+cb*32*w.bits/8], ldw, &xt[0], &sv[g], &bv[g], 4*ng, nk, mr,
-						&part[p*blk+cb*qmmNMaxRows*32], w.bits)
-				}
 			}
+			parts[seg] = part
 		}
-		mu.Lock()
-		parts[lo] = part
-		mu.Unlock()
 	})
-	// add the workers' sums in K order, so results do not depend on timing
-	los := make([]int, 0, len(parts))
-	for lo := range parts {
-		los = append(los, lo)
-	}
-	slices.Sort(los)
-	for _, lo := range los {
-		part := parts[lo]
+	for _, part := range parts {
 		for m := range rows {
 			p, mm := m/qmmNMaxRows, m%qmmNMaxRows
 			for cb := range nb {

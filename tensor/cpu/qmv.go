@@ -8,43 +8,45 @@ import (
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
-// Decode-time (few x rows) 4- and 8-bit quantized matvec on AVX512_BF16
-// (8-bit rows run as 4-bit rows of nibble pairs, see qmvT).
+// 4- and 8-bit quantized matmul x·Wᵀ on AVX512_BF16, for any number of x
+// rows: decode (one row), batched decode (a few) and prefill (many) run
+// the same kernels, so each row's result is the same bits whatever rows
+// it is computed with (8-bit rows run as 4-bit rows of nibble pairs, see
+// qmvT).
 //
-// For bfloat16 x (qmv4bf16) the product Σ_k x_k·(s_g·q_k + b_g) is
-// computed as
-// Σ_g s_g·(Σ_{k∈g} (128+q_k)·x_k) + Σ_g (b_g·X_g − 128·s_g·X_g), X_g the
-// group sums of x (computed once per call). 128 + q is a bfloat16 made
-// from the packed nibble by two integer ops (mask, or 0x4300), so the
-// first sum runs on VDPBF16PS straight from the packed words with no
-// per-weight conversion or table lookup; the rest is a short dot over
-// groups per row. The weights are read as one sequential stream per
-// worker, prefetched ahead (qmvPrefetchBytes).
+// Σ_k x_k·(s_g·q_k + b_g) is computed as Σ_g s_g·(Σ_{k∈g} q_k·x_k) +
+// Σ_g b_g·X_g, X_g the group sums of x (computed once per call). The codes
+// q are looked up as exact bfloat16 values straight from the packed words
+// and dotted with x on VDPBF16PS; the scales are applied per 128-code
+// block and lane, the biases per row through X. Workers own contiguous
+// ranges of weight rows, read each block of them from memory once and run
+// it against the x rows in passes of 8, 4, 2 and 1 rows (qmvRows*); the
+// weights are read as one sequential stream per worker, prefetched ahead
+// (qmvPrefetchBytes).
 //
-// Precision: 128 + q (≤ 143) and a bfloat16 x both have 8-bit
-// significands, so every product is exact in float32 and the only error
-// is float32 accumulation, over terms up to ~18× larger than s·q·x (the
-// offset) — a few float32 ulps of Σ|s·(128+q)·x|, ~10⁻⁶ relative, far
-// below a bfloat16 result's 2⁻⁹.
+// Precision: a code (at most 8 significant bits) times a bfloat16 x value
+// is exact in float32, so for bfloat16 x the only error is float32
+// accumulation of Σ|s·q·x| and Σ|b·x|. A float16 x is split into hi =
+// bf16(x) and lo = bf16(x − hi), both exact (hi + lo = x: 11 significant
+// bits fit in two 8-bit halves), and both run through the dot, so float16
+// keeps the same bound at twice the dot work; float32 x keeps the float32
+// kernels (see qmvUsable). VDPBF16PS treats subnormal inputs as zero (|x|
+// < 2⁻¹²⁶ only). TestQMVExact and TestQGemmExact hold the kernels to these
+// bounds against float64.
 //
-// float16 results are 4× finer than bfloat16 ones, so for float16 x
-// (qmv4bf16x) the codes are looked up exactly (q itself, VPERMW on a
-// 16-entry table: two more shuffles per 128 weights) and x is split into
-// hi = bf16(x) and lo = bf16(x − hi), both through VDPBF16PS: hi + lo
-// carries 16 significant bits, all of a float16's 11, so the only error is
-// float32 accumulation of Σ|s·q·x|. float32 x stays on the float32
-// kernels (see qmvUsable). VDPBF16PS treats subnormal inputs as zero
-// (|x| < 2⁻¹²⁶ only). TestQMVExact holds the kernels to these bounds
-// against float64.
-
-// qmvMaxRows is the largest x row count the matvec path takes; bigger
-// batches amortize unpacking the codes once (qgemmT) instead.
-const qmvMaxRows = 7
+// This replaces a separate prefill kernel (VDPBF16PS over code panels
+// tiled 6 rows × 32 columns) that summed in another order: with it, a
+// T-token prefill rounded differently from T single steps.
 
 // qmvPrefetchBytes is about how far ahead of its reads the kernel
 // prefetches weights (rounded to whole rows): enough to cover DRAM latency
 // at full bandwidth.
 const qmvPrefetchBytes = 16 << 10
+
+// qmvRowBlock is how many weight rows the matvec runs against every pass
+// of x rows before moving on (they stay in cache meanwhile), and the
+// smallest share of rows a worker takes.
+const qmvRowBlock = 64
 
 // qmvLaneGroup is, per group size, the group (relative to the block's
 // first) that each float32 lane of a 128-code block's partial sums covers:
@@ -57,13 +59,6 @@ var qmvLaneGroup = func() (t [3][16]int32) {
 	}
 	return
 }()
-
-// qmvX is one x row in the kernel's layout.
-type qmvX struct {
-	hi, lo []uint16  // per 128-code block: 4 runs of 32 (codes 4w+j, j = 0..3)
-	gsum   []float32 // per group Σ x
-	gxo    []float32 // per group −128·Σ x, cancelling the kernel's offset
-}
 
 // qmvPool recycles the matvec's per-call scratch (x layouts, converted
 // scales): a decode step makes hundreds of these calls, and fresh
@@ -81,83 +76,17 @@ var qmvDeintIdx = func() (t [4][32]uint16) {
 	return
 }()
 
-// prepQMV lays x out for the kernels. xk (k values, raw holds them as
-// bfloat16 when x's dtype is bfloat16, else nil) is x as the kernel
-// multiplies it, one value per 4-bit code: per 128-code block four runs of
-// 32 values, run j holding xk[4w+j] (the codes in nibble j of each packed
-// word), zero-padded to whole blocks; lo is nil when every value is
-// exactly a bfloat16. The kernel's groups are gs codes; gsum holds the
-// sums of x over each (vpg vectors of 16 values of x per group) and, for
-// the offset kernel (raw set), gxo = −128·Σ xk per group.
-//
-// The layouts live in buf (from qmvPool, returned to the pool by the
-// caller).
-func prepQMV(x, xk []float32, raw []uint16, k, gs, vpg int) (qmvX, *[]float32) {
-	nb := (k + 127) / 128
-	full := k / 128
-	ng := k / gs
-	buf := qmvPool.get(2*64*nb + 2*ng) // hi and lo (bf16), gsum, gxo
-	f := *buf
-	all := unsafe.Slice((*uint16)(unsafe.Pointer(&f[0])), 2*128*nb)
-	hi := all[:128*nb]
-	var lo []uint16
-	deint := func(dst, src []uint16) {
-		if full > 0 {
-			qmvDeinterleave(&dst[0], &src[0], full, &qmvDeintIdx[0][0])
-		}
-		if full < nb {
-			var pad [128]uint16
-			copy(pad[:], src[full*128:k])
-			qmvDeinterleave(&dst[full*128], &pad[0], 1, &qmvDeintIdx[0][0])
-		}
-	}
-	gsum := f[128*nb : 128*nb+ng]
-	qmvGroupSums(&gsum[0], &x[0], ng, vpg)
-	gxo := f[128*nb+ng : 128*nb+2*ng]
-	if raw != nil {
-		deint(hi, raw)
-		// cancels the offset kernel's 128·Σxk excess (zeros for the exact
-		// kernel)
-		qmvGroupSums(&gxo[0], &xk[0], ng, gs/16)
-		for g, v := range gxo {
-			gxo[g] = -128 * v
-		}
-	} else {
-		clear(gxo) // the exact kernel still adds Σ s·gxo
-		h := make([]uint16, k)
-		l := make([]uint16, k)
-		needLo := false
-		for i, v := range xk[:k] {
-			b := tensor.F32ToBF16(v)
-			h[i] = b
-			if r := v - math.Float32frombits(uint32(b)<<16); r != 0 {
-				l[i] = tensor.F32ToBF16(r)
-				needLo = true
-			}
-		}
-		deint(hi, h)
-		if needLo {
-			lo = all[128*nb:]
-			deint(lo, l)
-		}
-	}
-	return qmvX{hi: hi, lo: lo, gsum: gsum, gxo: gxo}, buf
-}
-
 // qmvUsable reports whether qmvT can compute this product with x of dtype
 // dt. float32 x keeps the float32 kernels: a hi+lo split loses more than
 // MLX-level float32 accuracy allows, and a three-way split would be no
 // faster than qdot4x4.
-func qmvUsable(rows int, w qmat, dt tensor.DType) bool {
-	return hasAVX512 && hasBF16 && (w.bits == 4 || w.bits == 8) && rows <= qmvMaxRows && w.cols >= 32 &&
-		(w.gs == 32 || w.gs == 64 || w.gs == 128) &&
+func qmvUsable(w qmat, dt tensor.DType) bool {
+	return hasAVX512 && hasBF16 && (w.bits == 4 || w.bits == 8) && w.cols >= 32 &&
+		(w.gs == 32 || w.gs == 64 || w.gs == 128) && w.cols%w.gs == 0 &&
 		(dt == tensor.BFloat16 || dt == tensor.Float16)
 }
 
-// qmvT is qmmT (out[m, n] = Σ_k x[m, k]·W[n, k]) for a few x rows and
-// 4- or 8-bit codes. Workers own contiguous row ranges and walk them in
-// blocks of 64 rows, each read from memory once and reused from cache for
-// every x row.
+// qmvT is qmmT (out[m, n] = Σ_k x[m, k]·W[n, k]) for 4- or 8-bit codes.
 //
 // An 8-bit code q = l + 16·h is the nibble pair (l, h) in memory order, so
 // an 8-bit row of k codes is a 4-bit row of 2k codes against
@@ -175,9 +104,24 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 	}
 	split := w.bits == 8 && gs == 128 // two kernel groups per group
 	kng := kk / kgs
+	nb := (kk + 127) / 128
 	nblk, tailw := kk/128, (kk%128)/4
 	wb := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w.words))), len(w.words)*4)
-	xs := make([]qmvX, rows)
+	// per row: the layout (128 bfloat16 per block), for float16 x the
+	// residual layout after all rows' main ones, and the group sums
+	ldx := 128 * nb
+	nhi := rows * ldx
+	nlo := 0
+	if raw == nil {
+		nlo = nhi
+	}
+	nu := (nhi + nlo + 1) / 2 // floats holding the layouts
+	buf := qmvPool.get(nu + rows*kng)
+	defer qmvPool.put(buf)
+	f := *buf
+	u := unsafe.Slice((*uint16)(unsafe.Pointer(&f[0])), 2*nu)
+	hi, lo := u[:nhi], u[nhi:nhi+nlo]
+	gsum := f[nu : nu+rows*kng]
 	var xk []float32
 	var rk []uint16
 	if w.bits == 8 {
@@ -186,7 +130,8 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 			rk = make([]uint16, kk)
 		}
 	}
-	for m := range xs {
+	anyLo := false
+	for m := range rows {
 		xm := x[m*k : (m+1)*k]
 		var rm []uint16
 		if raw != nil {
@@ -202,46 +147,95 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 			}
 			xkm, rkm = xk, rk
 		}
-		var buf *[]float32
-		xs[m], buf = prepQMV(xm, xkm, rkm, kk, kgs, kgs*k/kk/16)
-		defer qmvPool.put(buf)
+		var lom []uint16
+		if raw == nil {
+			lom = lo[m*ldx : (m+1)*ldx]
+		}
+		if prepQMV(hi[m*ldx:(m+1)*ldx], lom, gsum[m*kng:(m+1)*kng], xm, xkm, rkm, kk, kgs, kgs*k/kk/16) {
+			anyLo = true
+		}
+	}
+	// a row without residuals gives the same bits through XL (its
+	// residuals are zeros, adding exact zeros to its chains)
+	kern, loOff := qmvRowsX, 0
+	if anyLo {
+		kern, loOff = qmvRowsXL, 2*nhi
 	}
 	sidx := &qmvLaneGroup[bits.TrailingZeros(uint(kgs))-5]
 	sblk := 128 / kgs * 4
 	pfd := max(qmvPrefetchBytes/bpr, 1) * bpr
-	kern := qmv4bf16x
-	if raw != nil {
-		kern = qmv4bf16
-	}
-	const rowBlock = 64
-	parallelFor(n, rowBlock, func(lo, hi int) {
+	parallelFor(n, qmvRowBlock, func(r0, r1 int) {
 		// scales and biases as float32 (per kernel group), padded for the
 		// kernel's whole-vector reads past a row's last group
-		buf := qmvPool.get(2*(rowBlock*kng+16) + 2*rowBlock*ng)
-		defer qmvPool.put(buf)
-		sv, bv := (*buf)[:rowBlock*kng+16], (*buf)[rowBlock*kng+16:2*(rowBlock*kng+16)]
-		for r0 := lo; r0 < hi; r0 += rowBlock {
-			r1 := min(r0+rowBlock, hi)
+		sb := qmvPool.get(2*(qmvRowBlock*kng+16) + 2*qmvRowBlock*ng)
+		defer qmvPool.put(sb)
+		sv, bv := (*sb)[:qmvRowBlock*kng+16], (*sb)[qmvRowBlock*kng+16:2*(qmvRowBlock*kng+16)]
+		for b0 := r0; b0 < r1; b0 += qmvRowBlock {
+			b1 := min(b0+qmvRowBlock, r1)
 			if split {
-				s1 := (*buf)[2*(rowBlock*kng+16):][:rowBlock*ng]
-				b1 := (*buf)[2*(rowBlock*kng+16)+rowBlock*ng:][:rowBlock*ng]
-				w.rowScales(s1, b1, r0, r1)
-				for i := range (r1 - r0) * ng {
+				s1 := (*sb)[2*(qmvRowBlock*kng+16):][:qmvRowBlock*ng]
+				bb := (*sb)[2*(qmvRowBlock*kng+16)+qmvRowBlock*ng:][:qmvRowBlock*ng]
+				w.rowScales(s1, bb, b0, b1)
+				for i := range (b1 - b0) * ng {
 					sv[2*i], sv[2*i+1] = s1[i], s1[i]
-					bv[2*i], bv[2*i+1] = b1[i], b1[i]
+					bv[2*i], bv[2*i+1] = bb[i], bb[i]
 				}
 			} else {
-				w.rowScales(sv, bv, r0, r1)
+				w.rowScales(sv, bv, b0, b1)
 			}
-			for m := range rows {
-				x := &xs[m]
-				var xlo *uint16
-				if x.lo != nil {
-					xlo = &x.lo[0]
+			for m0 := 0; m0 < rows; {
+				nx := 8
+				for nx > rows-m0 {
+					nx /= 2
 				}
-				kern(&wb[r0*bpr], &x.hi[0], xlo, nblk, tailw, &sv[0], kng, sblk,
-					&sidx[0], &bv[0], &x.gsum[0], &x.gxo[0], &out[m*n+r0], r1-r0, pfd)
+				kern(&wb[b0*bpr], &hi[m0*ldx], loOff, 2*ldx, nblk, tailw, &sv[0], kng, sblk,
+					&sidx[0], &bv[0], &gsum[m0*kng], 4*kng, &out[m0*n+b0], 4*n, b1-b0, pfd, nx)
+				m0 += nx
 			}
 		}
 	})
+}
+
+// prepQMV lays one x row out for the kernels and fills its group sums.
+// xk (k values; raw holds them as bfloat16 when x's dtype is bfloat16,
+// else nil) is x as the kernel multiplies it, one value per 4-bit code:
+// per 128-code block four runs of 32 values, run j holding xk[4w+j] (the
+// codes in nibble j of each packed word), zero-padded to whole blocks. For
+// raw x, hi is xk itself; otherwise hi = bf16(xk) and lo = bf16(xk − hi)
+// (lo must be given then). The kernel's groups are gs codes; gsum holds
+// the sums of x over each (vpg vectors of 16 values of x per group). It
+// reports whether any residual is non-zero.
+func prepQMV(hi, lo []uint16, gsum, x, xk []float32, raw []uint16, k, gs, vpg int) bool {
+	nb := (k + 127) / 128
+	full := k / 128
+	ng := k / gs
+	deint := func(dst, src []uint16) {
+		if full > 0 {
+			qmvDeinterleave(&dst[0], &src[0], full, &qmvDeintIdx[0][0])
+		}
+		if full < nb {
+			var pad [128]uint16
+			copy(pad[:], src[full*128:k])
+			qmvDeinterleave(&dst[full*128], &pad[0], 1, &qmvDeintIdx[0][0])
+		}
+	}
+	qmvGroupSums(&gsum[0], &x[0], ng, vpg)
+	if raw != nil {
+		deint(hi, raw)
+		return false
+	}
+	h := make([]uint16, k)
+	l := make([]uint16, k)
+	needLo := false
+	for i, v := range xk[:k] {
+		b := tensor.F32ToBF16(v)
+		h[i] = b
+		if r := v - math.Float32frombits(uint32(b)<<16); r != 0 {
+			l[i] = tensor.F32ToBF16(r)
+			needLo = true
+		}
+	}
+	deint(hi, h)
+	deint(lo, l) // zeros where x is exactly bfloat16
+	return needLo
 }

@@ -1,20 +1,5 @@
 package cpu
 
-// qmv4bf16 is the decode-time 4-bit kernel: for nrows consecutive weight
-// rows from w (each nblk full 128-code blocks then a last block of tailw
-// words; float32 scales and biases ng per row from s and b) it writes
-// Σ_k x_k·(s·q_k + b) to out, with x laid out by prepQMV. It prefetches
-// the weights pfd bytes ahead. See qmv_amd64.s.
-//
-//go:noescape
-func qmv4bf16(w *byte, xhi, xlo *uint16, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx, gxo, out *float32, nrows, pfd int)
-
-// qmv4bf16x is qmv4bf16 with exact codes (a table lookup) instead of the
-// 128 + q offset, for x that is not bfloat16; gxo must be zeros.
-//
-//go:noescape
-func qmv4bf16x(w *byte, xhi, xlo *uint16, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx, gxo, out *float32, nrows, pfd int)
-
 // qmvDeinterleave reorders nb blocks of 128 bfloat16 x values into the
 // kernel's layout (see prepQMV); idx is qmvDeintIdx.
 //
@@ -36,3 +21,17 @@ func detectBF16() bool {
 	eax, _, _, _ := cpuid(7, 1)
 	return eax&(1<<5) != 0
 }
+
+// qmvRowsX and qmvRowsXL are the matvec kernels (qmvr_amd64.s): for
+// nrows consecutive weight rows from w (each nblk full 128-code blocks then
+// a last block of tailw words; float32 scales and biases ng per row from s
+// and b) they write Σ_k x_k·(s·q_k + b) for each of nx x rows (1, 2, 4 or
+// 8): x row r's layout at x + r·ldx bytes (prepQMV; for XL its residual
+// layout lo bytes further), its group sums at gx + r·ldg bytes, its
+// outputs at out + r·ldo bytes. They prefetch the weights pfd bytes ahead.
+//
+//go:noescape
+func qmvRowsX(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int)
+
+//go:noescape
+func qmvRowsXL(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int)

@@ -5,11 +5,11 @@ package cpu
 // Without the amd64 assembly the quantized matvec takes the portable path.
 var hasBF16 = false
 
-func qmv4bf16(w *byte, xhi, xlo *uint16, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx, gxo, out *float32, nrows, pfd int) {
+func qmvRowsX(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int) {
 	panic("unreachable")
 }
 
-func qmv4bf16x(w *byte, xhi, xlo *uint16, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx, gxo, out *float32, nrows, pfd int) {
+func qmvRowsXL(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int) {
 	panic("unreachable")
 }
 

@@ -63,3 +63,9 @@ func sgemm8x32(kc int, a, b, c *float32, ldc int)
 //
 //go:noescape
 func qdot4x4(w *byte, bpr int, x *float32, s, b *float32, iota *float32, ng, cpg int, out *float32)
+
+// cvtF32ToBF16 rounds n floats (a multiple of 16) as tensor.F32ToBF16
+// does; see simd_amd64.s.
+//
+//go:noescape
+func cvtF32ToBF16(dst *uint16, src *float32, n int)

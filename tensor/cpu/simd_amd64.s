@@ -136,14 +136,17 @@ qd_chunk:
 	RET
 
 // ROW8 accumulates the dequantized chunk (Z8 even, Z9 odd codes) against
-// row m of an 8-row interleaved x block.
-#define ROW8(off, acc) \
-	VFMADD231PS off(DX), Z8, acc \
-	VFMADD231PS (off+64)(DX), Z9, acc
+// row m of an 8-row interleaved x block, into the row's even and odd
+// accumulators (as qdot4 does for one row).
+#define ROW8(off, ae, ao) \
+	VFMADD231PS off(DX), Z8, ae \
+	VFMADD231PS (off+64)(DX), Z9, ao
 
-// STORE8 reduces acc and stores it at DI, then steps DI by R12.
-#define STORE8(Z, Y) \
-	HSUM(Z, Y) \
+// STORE8 reduces a row's accumulators as qdot4 does and stores the sum at
+// DI, then steps DI by R12.
+#define STORE8(ae, ao, Y) \
+	VADDPS ao, ae, ae \
+	HSUM(ae, Y) \
 	VMOVSS X12, (DI) \
 	ADDQ   R12, DI
 
@@ -152,7 +155,10 @@ qd_chunk:
 // One row of 4-bit codes against 8 x rows at once. x holds, per chunk, the
 // 8 rows' permuted 32 values (1 KiB per chunk); s and b hold a scale and
 // a bias per group. The chunk is dequantized once (s·q + b) and reused by the 8
-// rows. out[m·ldo] = the dot product of x row m (ldo in elements).
+// rows. out[m·ldo] = the dot product of x row m (ldo in elements), each
+// computed in exactly qdot4's order (even and odd codes in two
+// accumulators, added, then the same horizontal sum), so a row gives the
+// same bits whichever kernel takes it.
 TEXT ·qgemm4x8(SB), NOSPLIT, $0-64
 	MOVQ w+0(FP), SI
 	MOVQ x+8(FP), DX
@@ -163,14 +169,22 @@ TEXT ·qgemm4x8(SB), NOSPLIT, $0-64
 	MOVQ out+48(FP), DI
 	MOVQ ldo+56(FP), R12
 	SHLQ $2, R12
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	VPXORD Z26, Z26, Z26
+	VPXORD Z27, Z27, Z27
+	VPXORD Z28, Z28, Z28
+	VPXORD Z29, Z29, Z29
+	VPXORD Z30, Z30, Z30
+	VPXORD Z31, Z31, Z31
 	MOVL   $0x0F, AX
 	VPBROADCASTD AX, Z15
 q8_group:
@@ -185,14 +199,14 @@ q8_chunk:
 	VCVTDQ2PS   Z9, Z9
 	VFMADD132PS Z10, Z11, Z8
 	VFMADD132PS Z10, Z11, Z9
-	ROW8(0, Z0)
-	ROW8(128, Z1)
-	ROW8(256, Z2)
-	ROW8(384, Z3)
-	ROW8(512, Z4)
-	ROW8(640, Z5)
-	ROW8(768, Z6)
-	ROW8(896, Z7)
+	ROW8(0, Z16, Z17)
+	ROW8(128, Z18, Z19)
+	ROW8(256, Z20, Z21)
+	ROW8(384, Z22, Z23)
+	ROW8(512, Z24, Z25)
+	ROW8(640, Z26, Z27)
+	ROW8(768, Z28, Z29)
+	ROW8(896, Z30, Z31)
 	ADDQ $16, SI
 	ADDQ $1024, DX
 	DECQ BX
@@ -201,14 +215,14 @@ q8_chunk:
 	ADDQ $4, R9
 	DECQ CX
 	JNZ  q8_group
-	STORE8(Z0, Y0)
-	STORE8(Z1, Y1)
-	STORE8(Z2, Y2)
-	STORE8(Z3, Y3)
-	STORE8(Z4, Y4)
-	STORE8(Z5, Y5)
-	STORE8(Z6, Y6)
-	STORE8(Z7, Y7)
+	STORE8(Z16, Z17, Y16)
+	STORE8(Z18, Z19, Y18)
+	STORE8(Z20, Z21, Y20)
+	STORE8(Z22, Z23, Y22)
+	STORE8(Z24, Z25, Y24)
+	STORE8(Z26, Z27, Y26)
+	STORE8(Z28, Z29, Y28)
+	STORE8(Z30, Z31, Y30)
 	VZEROUPPER
 	RET
 
@@ -357,4 +371,43 @@ q44_chunk:
 	OUT4(Z20, Z21, Y20, 8)
 	OUT4(Z22, Z23, Y22, 12)
 	VZEROUPPER
+	RET
+
+// func cvtF32ToBF16(dst *uint16, src *float32, n int)
+//
+// Rounds n (a multiple of 16) floats to bfloat16 exactly as
+// tensor.F32ToBF16: to nearest even, NaNs kept quiet (| 0x40).
+TEXT ·cvtF32ToBF16(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $4, CX
+	JZ   cb_done
+	MOVL $0x7fff, AX
+	VPBROADCASTD AX, Z29
+	MOVL $1, AX
+	VPBROADCASTD AX, Z28
+	MOVL $0x7fffffff, AX
+	VPBROADCASTD AX, Z27
+	MOVL $0x7f800000, AX
+	VPBROADCASTD AX, Z26
+	MOVL $0x40, AX
+	VPBROADCASTD AX, Z25
+cb_loop:
+	VMOVDQU32 (SI), Z0
+	VPSRLD    $16, Z0, Z1     // b >> 16
+	VPANDD    Z28, Z1, Z2     // (b >> 16) & 1
+	VPADDD    Z29, Z2, Z2
+	VPADDD    Z0, Z2, Z2      // b + 0x7fff + lsb
+	VPSRLD    $16, Z2, Z2
+	VPANDD    Z27, Z0, Z3     // |b|
+	VPCMPUD   $6, Z26, Z3, K1 // NaN: |b| > 0x7f800000
+	VPORD     Z25, Z1, K1, Z2
+	VPMOVDW   Z2, (DI)
+	ADDQ $64, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  cb_loop
+	VZEROUPPER
+cb_done:
 	RET

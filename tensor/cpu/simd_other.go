@@ -16,3 +16,5 @@ func sgemm8x32(kc int, a, b, c *float32, ldc int) { panic("unreachable") }
 func qdot4x4(w *byte, bpr int, x *float32, s, b *float32, iota *float32, ng, cpg int, out *float32) {
 	panic("unreachable")
 }
+
+func cvtF32ToBF16(dst *uint16, src *float32, n int) { panic("unreachable") }

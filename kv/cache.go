@@ -83,12 +83,14 @@ type State struct {
 func (s State) Free() { tensor.Free(s.Arrays...) }
 
 // KV is what attention reads from a cache after an update: plain keys and
-// values, or their quantized form. Attention takes either; Attend also
-// takes the per-row KVs of a batched pass (Rows).
+// values, their quantized form, or a paged cache's blocks (Paged).
+// Attention takes any of them; Attend also takes the per-row KVs of a
+// batched pass (Rows).
 type KV struct {
 	Keys, Values *tensor.Array // plain caches
 	Quant        *QuantKV      // quantized caches (Keys and Values are nil)
 	Rows         *RowsKV       // a batched pass through kv.Rows (the others are nil)
+	Paged        *PagedKV      // paged caches (the others are nil)
 }
 
 // QuantKV holds quantized keys and values in MLX's affine format, as
@@ -105,6 +107,9 @@ type Packed struct{ W, Scales, Biases *tensor.Array }
 
 // Len is the number of key positions attention will see.
 func (kv KV) Len() int {
+	if kv.Paged != nil {
+		return kv.Paged.Len
+	}
 	if kv.Quant != nil {
 		return kv.Quant.Keys.W.Dim(2)
 	}
@@ -187,11 +192,15 @@ func attentionMask(be tensor.Backend, n, offset, window int, returnArray bool) M
 // against what a cache returned, so that model code does not care which
 // kind of cache a layer has: plain caches go to
 // tensor.ScaledDotProductAttention, quantized ones to quantized matmuls
-// that never dequantize the cache. o carries the scale, the mask (see
+// that never dequantize the cache, paged ones to the same over the pool's
+// blocks (pagedAttention). o carries the scale, the mask (see
 // Mask.Options) and optional sinks (plain caches only).
 func Attention(q *tensor.Array, kv KV, o tensor.SDPAOptions) *tensor.Array {
 	if kv.Rows != nil {
 		panic(&tensor.Error{Op: "kv.Attention", Err: fmt.Errorf("%w: a batched pass's KV needs its row masks: use kv.Attend", tensor.ErrArgument)})
+	}
+	if kv.Paged != nil {
+		return pagedAttention(q, kv.Paged, o)
 	}
 	if kv.Quant != nil {
 		if o.Sinks != nil {

@@ -204,27 +204,31 @@ func (c *RotatingKVCache) Temporal() (keys, values *tensor.Array) {
 // then a 1-D mask picks the newest windowSize slots, rolled to match the
 // rotation of the buffer.
 func (r *rotating) MakeMask(n, windowSize int, returnArray bool) Mask {
-	be := r.backend()
+	return rotatingMask(r.backend(), n, windowSize, returnArray, r.maxSize, r.offset, r.idx)
+}
+
+// rotatingMask is RotatingKVCache.MakeMask for a ring of maxSize slots at
+// the given offset and write position (shared with paged sliding layers).
+func rotatingMask(be tensor.Backend, n, windowSize int, returnArray bool, maxSize, offset, idx int) Mask {
 	if n > 1 {
 		if windowSize <= 0 {
-			windowSize = r.maxSize
+			windowSize = maxSize
 		}
-		off := min(r.maxSize-1, r.offset)
+		off := min(maxSize-1, offset)
 		if off+n > windowSize || returnArray {
 			return Mask{Kind: tensor.MaskArray, Array: causalMask(be, n, off, windowSize)}
 		}
 		return Mask{Kind: tensor.MaskCausal}
 	}
-	if windowSize <= 0 || r.offset < windowSize || r.maxSize <= windowSize {
+	if windowSize <= 0 || offset < windowSize || maxSize <= windowSize {
 		return Mask{}
 	}
-	idx := r.idx
-	if idx >= r.maxSize {
+	if idx >= maxSize {
 		idx = 0
 	}
-	size := r.maxSize
-	if r.offset < r.maxSize {
-		size = r.offset + 1
+	size := maxSize
+	if offset < maxSize {
+		size = offset + 1
 	}
 	raw := make([]byte, size)
 	shift := idx + 1

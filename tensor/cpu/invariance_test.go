@@ -3,6 +3,7 @@ package cpu
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"testing"
@@ -163,6 +164,112 @@ func TestQuantizedMatmulNLongK(t *testing.T) {
 				func() *tensor.Array { return tensor.QuantizedMatmul(x, wq, sc, bi, false, gs, bits) },
 				func(i int) *tensor.Array { return tensor.QuantizedMatmul(rowOf(x, 0, i), wq, sc, bi, false, gs, bits) })
 			s.Close()
+		}
+	})
+}
+
+// sdpaInvCase is one attention problem for the decode-vs-prefill check:
+// T queries that are the last T of L = off + T positions.
+type sdpaInvCase struct {
+	hq, hkv, t, off, d int
+	dt                 tensor.DType
+	mask               string // "causal", "window" (bool), "addwindow" (additive −∞), "none"
+	window             int
+	sinks              bool
+}
+
+// visible reports whether query position pos sees key j under the case's
+// mask.
+func (c sdpaInvCase) visible(pos, j int) bool {
+	switch c.mask {
+	case "window", "addwindow":
+		return j <= pos && j > pos-c.window
+	case "none":
+		return true
+	}
+	return j <= pos
+}
+
+// options builds the SDPA options for queries at positions pos0.. (nq of
+// them) over nk keys.
+func (c sdpaInvCase) options(pos0, nq, nk int, sinks *tensor.Array) tensor.SDPAOptions {
+	o := tensor.SDPAOptions{Sinks: sinks}
+	switch c.mask {
+	case "causal":
+		o.MaskKind = tensor.MaskCausal
+	case "window", "addwindow":
+		bm := make([]bool, nq*nk)
+		am := make([]float32, nq*nk)
+		for i := range nq {
+			for j := range nk {
+				bm[i*nk+j] = c.visible(pos0+i, j)
+				if !bm[i*nk+j] {
+					am[i*nk+j] = float32(math.Inf(-1))
+				}
+			}
+		}
+		o.MaskKind = tensor.MaskArray
+		if c.mask == "window" {
+			o.Mask = tensor.FromBools(bm, []int{nq, nk})
+		} else {
+			o.Mask = tensor.FromFloat32(am, []int{nq, nk}, tensor.Float32)
+		}
+	}
+	return o
+}
+
+// TestSDPADecodeEqualsPrefill: every query of a T-query attention call
+// (prefill) gives the same bits as the same query alone over the keys it
+// sees (decode), for causal masks with offsets (across key chunks),
+// sliding-window masks (bool and additive), no mask, grouped-query ratios
+// 1/4/8, head dims 64/128/256, sinks, three dtypes, and several worker
+// counts.
+func TestSDPADecodeEqualsPrefill(t *testing.T) {
+	forEachKernel(t, func(t *testing.T) {
+		live := tensor.LiveArrays()
+		r := rand.New(rand.NewPCG(13, 14))
+		cases := []sdpaInvCase{
+			{hq: 2, hkv: 2, t: 9, off: 0, d: 64, dt: tensor.Float32, mask: "causal"},
+			{hq: 8, hkv: 2, t: 13, off: 37, d: 128, dt: tensor.BFloat16, mask: "causal"},
+			{hq: 16, hkv: 2, t: 5, off: 600, d: 64, dt: tensor.Float16, mask: "causal", sinks: true},
+			{hq: 4, hkv: 1, t: 40, off: 1000, d: 128, dt: tensor.BFloat16, mask: "causal"},
+			{hq: 8, hkv: 1, t: 7, off: 20, d: 256, dt: tensor.Float32, mask: "window", window: 11},
+			{hq: 4, hkv: 4, t: 11, off: 530, d: 64, dt: tensor.BFloat16, mask: "addwindow", window: 100},
+			{hq: 8, hkv: 2, t: 6, off: 700, d: 128, dt: tensor.Float16, mask: "window", window: 600, sinks: true},
+			{hq: 4, hkv: 1, t: 3, off: 1030, d: 64, dt: tensor.Float32, mask: "none"},
+		}
+		for _, c := range cases {
+			name := fmt.Sprintf("%s/hq%d_hkv%d_T%d_off%d_d%d_%s", c.dt, c.hq, c.hkv, c.t, c.off, c.d, c.mask)
+			s := tensor.NewScope()
+			L := c.off + c.t
+			q := tensor.FromFloat32(randF32(r, c.hq*c.t*c.d), []int{1, c.hq, c.t, c.d}, c.dt)
+			k := tensor.FromFloat32(randF32(r, c.hkv*L*c.d), []int{1, c.hkv, L, c.d}, c.dt)
+			v := tensor.FromFloat32(randF32(r, c.hkv*L*c.d), []int{1, c.hkv, L, c.d}, c.dt)
+			var sinks *tensor.Array
+			if c.sinks {
+				sinks = tensor.FromFloat32(randF32(r, c.hq), []int{c.hq}, tensor.Float32)
+			}
+			// [1, hq, T, d] → rows along T: compare per (head, t) by
+			// transposing to [T, hq, d]
+			whole := func() *tensor.Array {
+				o := tensor.ScaledDotProductAttention(q, k, v, c.options(c.off, c.t, L, sinks))
+				return tensor.Contiguous(tensor.SwapAxes(o, 1, 2))
+			}
+			one := func(i int) *tensor.Array {
+				n := c.off + i + 1
+				if c.mask == "none" {
+					n = L
+				}
+				qi := tensor.SliceAxis(q, 2, i, i+1)
+				ki, vi := tensor.SliceAxis(k, 2, 0, n), tensor.SliceAxis(v, 2, 0, n)
+				o := tensor.ScaledDotProductAttention(qi, ki, vi, c.options(c.off+i, 1, n, sinks))
+				return tensor.Contiguous(tensor.SwapAxes(o, 1, 2))
+			}
+			checkRowInvariant(t, name, c.t, whole, one)
+			s.Close()
+		}
+		if d := tensor.LiveArrays() - live; d != 0 {
+			t.Errorf("%d arrays leaked", d)
 		}
 	})
 }

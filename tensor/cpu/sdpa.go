@@ -7,12 +7,28 @@ import (
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
-// Block sizes of the attention kernel: rows of queries that share a K/V
-// head are processed together against blocks of keys widened to float32
-// once, with an online softmax carrying the running max and sum.
+// Attention. Rows of queries that share a K/V head are processed together
+// (blocks of sdpaQRows) against blocks of sdpaKeys keys widened to float32
+// once, with an online softmax carrying each row's running max and sum.
+//
+// A row's result does not depend on the other rows of the call (how many
+// queries it holds, decode or prefill), nor on the worker count: keys are
+// cut into chunks of sdpaChunk at absolute positions (chunk c holds keys
+// [c·sdpaChunk, (c+1)·sdpaChunk)), each chunk's partial softmax (max, sum,
+// unnormalised output) runs from scratch over its key blocks in order, and
+// the partials are folded in chunk order (sdpaFold) — whether the chunks
+// ran one after another in one work item or side by side as separate
+// items. Within a chunk a row's scores, exponentials and weighted sums
+// are its own; keys a row may not see (past its causal position, or
+// masked with false or −∞) contribute exact zeros, so a query computed
+// alone over its L keys and the same query inside a T-query block over
+// more keys give the same bits. (Masks with finite negative values are
+// added as they are: keys beyond a row's own are then not absent.)
+
 const (
-	sdpaQRows = 32 // query rows per block
-	sdpaKeys  = 64 // keys per block
+	sdpaQRows = 32  // query rows per block
+	sdpaKeys  = 64  // keys per block
+	sdpaChunk = 512 // keys per chunk (a multiple of sdpaKeys)
 )
 
 // sdpaAxpy adds a·x to y.
@@ -41,18 +57,60 @@ var sdpaNegInf = float32(math.Inf(-1))
 
 func sdpaExp(x float32) float32 { return float32(math.Exp(float64(x))) }
 
+// sdpaKV addresses the key (or value) rows of one attention call as runs
+// of segLen consecutive positions: row j of batch entry b and kv head h is
+// element segs[b][j/segLen] + h·hs + (j mod segLen)·rs of data. Contiguous
+// K/V are one run per batch entry; paged K/V one per pool block. Both go
+// through the same code.
+type sdpaKV struct {
+	data   []byte
+	dt     tensor.DType
+	hs, rs int
+	segLen int
+	segs   [][]int
+}
+
+// row returns the element offset of key j of (b, h).
+func (kv *sdpaKV) row(b, h, j int) int {
+	s := j / kv.segLen
+	return kv.segs[b][s] + h*kv.hs + (j-s*kv.segLen)*kv.rs
+}
+
+// denseKV addresses a [B, H, T, D] array (its last dim dense).
+func denseKV(im *impl, dt tensor.DType, b, t int) sdpaKV {
+	kv := sdpaKV{data: im.buf.data, dt: dt, hs: im.strides[1], rs: im.strides[2], segLen: max(t, 1), segs: make([][]int, b)}
+	for i := range kv.segs {
+		kv.segs[i] = []int{im.off + i*im.strides[0]}
+	}
+	return kv
+}
+
+// pagedKV addresses keys 0..n-1 of batch entry 0 held in the blocks of a
+// pool [NumBlocks, H, BlockSize, D] listed by table.
+func pagedKV(im *impl, dt tensor.DType, table []int32, bs, n int) sdpaKV {
+	segs := make([]int, (n+bs-1)/bs)
+	for i := range segs {
+		segs[i] = im.off + int(table[i])*im.strides[0]
+	}
+	return sdpaKV{data: im.buf.data, dt: dt, hs: im.strides[1], rs: im.strides[2], segLen: bs, segs: [][]int{segs}}
+}
+
 // sdpaPlan holds the layout of one attention call.
 type sdpaPlan struct {
 	b, hq, hkv, g, tq, tk, d, dv int
 	scale                        float32
 	causal                       bool
-	q, k, v                      *impl
-	qdt, kdt, vdt                tensor.DType
+	q                            *impl
+	qdt                          tensor.DType
+	k, v                         sdpaKV
 	mask                         *impl // broadcast to [B, Hq, Tq, Tk], or nil
 	maskDT                       tensor.DType
 	sinks                        []float32
-	qBlocks, kChunks, chunkLen   int
-	// partial results per key chunk: running max, sum and unnormalised output
+	qBlocks, chunks              int
+	// split: chunks are separate work items, each leaving its partial in
+	// m, l, acc (per chunk, per row); otherwise each item folds its
+	// chunks in turn into one partial per row
+	split     bool
 	m, l, acc []float32
 }
 
@@ -65,12 +123,49 @@ func (p *sdpaPlan) rowHead(kvh, r int) (hq, t int) { return kvh*p.g + r%p.g, r /
 
 // SDPA computes attention with float32 scores and softmax. Work is split
 // over (batch, kv head, query block) and, when that is too little to keep
-// every core busy (decoding one token), also over chunks of keys whose
-// partial softmax results are merged at the end. A row with every key
-// masked (and no sink) yields zeros.
+// every core busy (decoding one token), also over the key chunks. A row
+// with every key masked (and no sink) yields zeros.
 func (be *Backend) SDPA(q, k, v *tensor.Array, o tensor.SDPAOptions) *tensor.Array {
-	qs, ks, vs := q.Shape(), k.Shape(), v.Shape()
-	p := &sdpaPlan{b: qs[0], hq: qs[1], tq: qs[2], d: qs[3], hkv: ks[1], tk: ks[2], dv: vs[3]}
+	ks := k.Shape()
+	ki, kown := fusedLastDense(k)
+	vi, vown := fusedLastDense(v)
+	defer func() {
+		if kown {
+			ki.buf.drop()
+		}
+		if vown {
+			vi.buf.drop()
+		}
+	}()
+	b, tk := ks[0], ks[2]
+	return be.sdpa(q, denseKV(ki, k.DType(), b, tk), denseKV(vi, v.DType(), b, tk), ks[1], tk, v.Shape()[3], o)
+}
+
+// SDPAPaged is SDPA over keys and values held in the blocks of a pool
+// (see tensor.ScaledDotProductAttentionPaged): the same kernel with the
+// key rows addressed through the block table, so the result is that of
+// SDPA over the gathered arrays, bit for bit.
+func (be *Backend) SDPAPaged(q, kPool, vPool *tensor.Array, table []int32, kvLen int, o tensor.SDPAOptions) *tensor.Array {
+	ki, kown := fusedLastDense(kPool)
+	vi, vown := fusedLastDense(vPool)
+	defer func() {
+		if kown {
+			ki.buf.drop()
+		}
+		if vown {
+			vi.buf.drop()
+		}
+	}()
+	bs := kPool.Dim(2)
+	return be.sdpa(q, pagedKV(ki, kPool.DType(), table, bs, kvLen), pagedKV(vi, vPool.DType(), table, bs, kvLen),
+		kPool.Dim(1), kvLen, vPool.Dim(3), o)
+}
+
+// sdpa runs attention of q against tk keys of hkv heads addressed by k and
+// v (value rows of dv elements).
+func (be *Backend) sdpa(q *tensor.Array, k, v sdpaKV, hkv, tk, dv int, o tensor.SDPAOptions) *tensor.Array {
+	qs := q.Shape()
+	p := &sdpaPlan{b: qs[0], hq: qs[1], tq: qs[2], d: qs[3], hkv: hkv, tk: tk, dv: dv, k: k, v: v}
 	p.g = p.hq / p.hkv
 	p.scale = o.Scale
 	if p.scale == 0 {
@@ -81,18 +176,12 @@ func (be *Backend) SDPA(q, k, v *tensor.Array, o tensor.SDPAOptions) *tensor.Arr
 	if out.Size() == 0 {
 		return out
 	}
-	var owned [3]bool
-	p.q, owned[0] = fusedLastDense(q)
-	p.k, owned[1] = fusedLastDense(k)
-	p.v, owned[2] = fusedLastDense(v)
-	defer func() {
-		for i, im := range []*impl{p.q, p.k, p.v} {
-			if owned[i] {
-				im.buf.drop()
-			}
-		}
-	}()
-	p.qdt, p.kdt, p.vdt = q.DType(), k.DType(), v.DType()
+	var qown bool
+	p.q, qown = fusedLastDense(q)
+	if qown {
+		defer p.q.buf.drop()
+	}
+	p.qdt = q.DType()
 	if o.MaskKind == tensor.MaskArray && o.Mask != nil {
 		mv := be.BroadcastTo(o.Mask, []int{p.b, p.hq, p.tq, p.tk})
 		defer mv.Free()
@@ -110,24 +199,22 @@ func (be *Backend) SDPA(q, k, v *tensor.Array, o tensor.SDPAOptions) *tensor.Arr
 	rows := p.rowsPerHead()
 	p.qBlocks = (rows + sdpaQRows - 1) / sdpaQRows
 	items := p.b * p.hkv * p.qBlocks
-	p.kChunks = 1
-	if w := workers(); items < 2*w && p.tk > 512 {
-		p.kChunks = min((2*w+items-1)/items, (p.tk+255)/256)
-	}
-	p.chunkLen = (p.tk + p.kChunks - 1) / p.kChunks
-	p.chunkLen = (p.chunkLen + sdpaKeys - 1) / sdpaKeys * sdpaKeys
-	p.kChunks = max(1, (p.tk+p.chunkLen-1)/p.chunkLen)
-
+	p.chunks = max(1, (p.tk+sdpaChunk-1)/sdpaChunk)
+	p.split = items < 2*workers() && p.chunks > 1
 	totalRows := p.b * p.hkv * rows
-	p.m = make([]float32, p.kChunks*totalRows)
-	p.l = make([]float32, p.kChunks*totalRows)
-	p.acc = make([]float32, p.kChunks*totalRows*p.dv)
+	parts := 1
+	if p.split {
+		parts = p.chunks
+	}
+	p.m = make([]float32, parts*totalRows)
+	p.l = make([]float32, parts*totalRows)
+	p.acc = make([]float32, parts*totalRows*p.dv)
 
-	parallelFor(items*p.kChunks, 1, func(lo, hi int) {
+	parallelFor(items*parts, 1, func(lo, hi int) {
 		s := getSDPAScratch(p)
 		defer sdpaPool.Put(s)
 		for it := lo; it < hi; it++ {
-			p.block(s, it)
+			p.item(s, it, parts)
 		}
 	})
 	be.sdpaFinish(p, om, q.DType())
@@ -141,6 +228,8 @@ type sdpaScratch struct {
 	q, k, v, s []float32
 	mrow       []int // mask row offsets
 	pos        []int // absolute query positions (causal)
+	// one chunk's partial results per row, folded into the item's
+	cm, cl, cacc []float32
 	// blockGemm's packed panels: queries (8-row), keys and values
 	// (32-column), probabilities (8-row), and the rows' output tile
 	qa, kp, vp, pa, at []float32
@@ -160,25 +249,7 @@ func getSDPAScratch(p *sdpaPlan) *sdpaScratch {
 }
 
 func newSDPAScratch(p *sdpaPlan) *sdpaScratch {
-	if hasAVX512 {
-		dvp := (p.dv + 31) &^ 31
-		return &sdpaScratch{
-			d:    p.d,
-			dv:   p.dv,
-			q:    make([]float32, sdpaQRows*p.d),
-			k:    make([]float32, sdpaKeys*p.d),
-			v:    make([]float32, sdpaKeys*p.dv),
-			s:    make([]float32, sdpaQRows*sdpaKeys),
-			mrow: make([]int, sdpaQRows),
-			pos:  make([]int, sdpaQRows),
-			qa:   make([]float32, sdpaQRows*p.d),
-			kp:   make([]float32, sdpaKeys*p.d),
-			vp:   make([]float32, sdpaKeys*dvp),
-			pa:   make([]float32, sdpaQRows*sdpaKeys),
-			at:   make([]float32, sdpaQRows*dvp),
-		}
-	}
-	return &sdpaScratch{
+	s := &sdpaScratch{
 		d:    p.d,
 		dv:   p.dv,
 		q:    make([]float32, sdpaQRows*p.d),
@@ -187,14 +258,28 @@ func newSDPAScratch(p *sdpaPlan) *sdpaScratch {
 		s:    make([]float32, sdpaKeys),
 		mrow: make([]int, sdpaQRows),
 		pos:  make([]int, sdpaQRows),
+		cm:   make([]float32, sdpaQRows),
+		cl:   make([]float32, sdpaQRows),
+		cacc: make([]float32, sdpaQRows*p.dv),
 	}
+	if hasAVX512 {
+		dvp := (p.dv + 31) &^ 31
+		s.s = make([]float32, sdpaQRows*sdpaKeys)
+		s.qa = make([]float32, sdpaQRows*p.d)
+		s.kp = make([]float32, sdpaKeys*p.d)
+		s.vp = make([]float32, sdpaKeys*dvp)
+		s.pa = make([]float32, sdpaQRows*sdpaKeys)
+		s.at = make([]float32, sdpaQRows*dvp)
+	}
+	return s
 }
 
-// block runs one work item: a block of query rows of one (batch, kv head)
-// against one chunk of keys, leaving unnormalised partial results.
-func (p *sdpaPlan) block(s *sdpaScratch, it int) {
-	kc := it % p.kChunks
-	it /= p.kChunks
+// item runs one work item: a block of query rows of one (batch, kv head)
+// against one key chunk (split: item it of parts per block) or all of
+// them in turn.
+func (p *sdpaPlan) item(s *sdpaScratch, it, parts int) {
+	kc := it % parts
+	it /= parts
 	qb := it % p.qBlocks
 	it /= p.qBlocks
 	kvh := it % p.hkv
@@ -204,7 +289,6 @@ func (p *sdpaPlan) block(s *sdpaScratch, it int) {
 	nr := min(sdpaQRows, rows-r0)
 	totalRows := p.b * p.hkv * rows
 	gbase := (b*p.hkv+kvh)*rows + r0 // global row of r0
-	part := kc * totalRows
 
 	maxPos := 0
 	for i := range nr {
@@ -218,26 +302,71 @@ func (p *sdpaPlan) block(s *sdpaScratch, it int) {
 		if p.mask != nil {
 			s.mrow[i] = p.mask.off + b*p.mask.strides[0] + hq*p.mask.strides[1] + t*p.mask.strides[2]
 		}
-		p.m[part+gbase+i] = sdpaNegInf
-		p.l[part+gbase+i] = 0
-		clear(p.acc[(part+gbase+i)*p.dv : (part+gbase+i+1)*p.dv])
 	}
-	j0 := kc * p.chunkLen
-	j1 := min(p.tk, j0+p.chunkLen)
+	if p.split {
+		g0 := kc*totalRows + gbase
+		p.chunk(s, b, kvh, nr, kc, maxPos, p.m[g0:g0+nr], p.l[g0:g0+nr], p.acc[g0*p.dv:(g0+nr)*p.dv])
+		return
+	}
+	m, l := p.m[gbase:gbase+nr], p.l[gbase:gbase+nr]
+	acc := p.acc[gbase*p.dv : (gbase+nr)*p.dv]
+	for i := range m {
+		m[i], l[i] = sdpaNegInf, 0
+	}
+	for c := range p.chunks {
+		if p.causal && c*sdpaChunk > maxPos {
+			break // every row's keys end before this chunk
+		}
+		cm, cl, cacc := s.cm[:nr], s.cl[:nr], s.cacc[:nr*p.dv]
+		p.chunk(s, b, kvh, nr, c, maxPos, cm, cl, cacc)
+		for i := range nr {
+			sdpaFold(&m[i], &l[i], acc[i*p.dv:(i+1)*p.dv], cm[i], cl[i], cacc[i*p.dv:(i+1)*p.dv])
+		}
+	}
+}
+
+// sdpaFold merges a chunk's partial (max m, sum l, output a) into a row's
+// running one (M, L, acc), in the one order every path uses.
+func sdpaFold(M, L *float32, acc []float32, m, l float32, a []float32) {
+	if m == sdpaNegInf {
+		return // the chunk had no key for this row
+	}
+	if *M == sdpaNegInf {
+		*M, *L = m, l
+		copy(acc, a)
+		return
+	}
+	nm := max(*M, m)
+	f0, f1 := sdpaExp(*M-nm), sdpaExp(m-nm)
+	*L = *L*f0 + l*f1
+	a = a[:len(acc)]
+	for i := range acc {
+		acc[i] = acc[i]*f0 + a[i]*f1
+	}
+	*M = nm
+}
+
+// chunk computes the partial softmax of the item's nr rows over key chunk
+// c into m, l and acc (nr rows of dv), from scratch.
+func (p *sdpaPlan) chunk(s *sdpaScratch, b, kvh, nr, c, maxPos int, m, l, acc []float32) {
+	for i := range nr {
+		m[i], l[i] = sdpaNegInf, 0
+	}
+	j0 := c * sdpaChunk
+	j1 := min(p.tk, j0+sdpaChunk)
 	if p.causal {
 		j1 = min(j1, maxPos+1)
 	}
-	kbase := p.k.off + b*p.k.strides[0] + kvh*p.k.strides[1]
-	vbase := p.v.off + b*p.v.strides[0] + kvh*p.v.strides[1]
 	if s.qa != nil {
-		p.blockGemm(s, nr, part+gbase, j0, j1, kbase, vbase)
+		p.blockGemm(s, b, kvh, nr, j0, j1, m, l, acc)
 		return
 	}
+	clear(acc)
 	for jb := j0; jb < j1; jb += sdpaKeys {
 		nk := min(sdpaKeys, j1-jb)
 		for j := range nk {
-			fusedLoad(s.k[j*p.d:(j+1)*p.d], p.k.buf.data, kbase+(jb+j)*p.k.strides[2], p.kdt)
-			fusedLoad(s.v[j*p.dv:(j+1)*p.dv], p.v.buf.data, vbase+(jb+j)*p.v.strides[2], p.vdt)
+			fusedLoad(s.k[j*p.d:(j+1)*p.d], p.k.data, p.k.row(b, kvh, jb+j), p.k.dt)
+			fusedLoad(s.v[j*p.dv:(j+1)*p.dv], p.v.data, p.v.row(b, kvh, jb+j), p.v.dt)
 		}
 		for i := range nr {
 			sc := s.s[:nk]
@@ -249,30 +378,29 @@ func (p *sdpaPlan) block(s *sdpaScratch, it int) {
 			if bm == sdpaNegInf {
 				continue
 			}
-			gi := part + gbase + i
-			acc := p.acc[gi*p.dv : (gi+1)*p.dv]
-			m := p.raiseMax(gi, bm, acc)
-			var l float32
+			ar := acc[i*p.dv : (i+1)*p.dv]
+			mi := raiseMax(&m[i], &l[i], bm, ar)
+			var li float32
 			for j, x := range sc {
 				if x == sdpaNegInf {
 					continue
 				}
-				e := sdpaExp(x - m)
-				l += e
-				sdpaAxpy(e, s.v[j*p.dv:(j+1)*p.dv], acc)
+				e := sdpaExp(x - mi)
+				li += e
+				sdpaAxpy(e, s.v[j*p.dv:(j+1)*p.dv], ar)
 			}
-			p.l[gi] += l
+			l[i] += li
 		}
 	}
 }
 
-// blockGemm is the rest of block on the AVX-512 matmul micro-kernel: per
+// blockGemm is the rest of chunk on the AVX-512 matmul micro-kernel: per
 // block of keys, the scores of all nr rows are one small product Q·Kᵀ and
 // the probability-weighted values one P·V (float32 products and sums, as
-// the portable loops, in another order). Rows past nr and keys past the
-// block are zero padding whose probabilities are zero. gi0 is the first
-// row's index in p.m, p.l and p.acc.
-func (p *sdpaPlan) blockGemm(s *sdpaScratch, nr, gi0, j0, j1, kbase, vbase int) {
+// the portable loops, in another order; each row's values are its own).
+// Rows past nr and keys past the block are zero padding whose
+// probabilities are zero.
+func (p *sdpaPlan) blockGemm(s *sdpaScratch, b, kvh, nr, j0, j1 int, m, l, acc []float32) {
 	d, dv := p.d, p.dv
 	dvp := (dv + 31) &^ 31
 	nrp := (nr + 7) &^ 7
@@ -294,13 +422,13 @@ func (p *sdpaPlan) blockGemm(s *sdpaScratch, nr, gi0, j0, j1, kbase, vbase int) 
 		clear(s.vp[:nkp*dvp])
 		for j := range nk {
 			kr := s.k[:d]
-			fusedLoad(kr, p.k.buf.data, kbase+(jb+j)*p.k.strides[2], p.kdt)
+			fusedLoad(kr, p.k.data, p.k.row(b, kvh, jb+j), p.k.dt)
 			pan := s.kp[j/32*32*d:]
 			for t, x := range kr {
 				pan[t*32+j%32] = x
 			}
 			vr := s.v[:dv]
-			fusedLoad(vr, p.v.buf.data, vbase+(jb+j)*p.v.strides[2], p.vdt)
+			fusedLoad(vr, p.v.data, p.v.row(b, kvh, jb+j), p.v.dt)
 			for c0 := 0; c0 < dv; c0 += 32 {
 				copy(s.vp[c0/32*nkp*32+j*32:][:min(32, dv-c0)], vr[c0:])
 			}
@@ -319,19 +447,18 @@ func (p *sdpaPlan) blockGemm(s *sdpaScratch, nr, gi0, j0, j1, kbase, vbase int) 
 			if bm == sdpaNegInf {
 				continue
 			}
-			gi := gi0 + i
-			m := p.raiseMax(gi, bm, at[i*dvp:i*dvp+dv])
-			var l float32
+			mi := raiseMax(&m[i], &l[i], bm, at[i*dvp:i*dvp+dv])
+			var li float32
 			pan := s.pa[i/8*8*nkp:]
 			for j, x := range row {
 				if x == sdpaNegInf {
 					continue
 				}
-				e := sdpaExp(x - m)
-				l += e
+				e := sdpaExp(x - mi)
+				li += e
 				pan[j*8+i%8] = e
 			}
-			p.l[gi] += l
+			l[i] += li
 		}
 		for r := 0; r < nrp; r += 8 {
 			for c := 0; c < dvp; c += 32 {
@@ -340,7 +467,7 @@ func (p *sdpaPlan) blockGemm(s *sdpaScratch, nr, gi0, j0, j1, kbase, vbase int) 
 		}
 	}
 	for i := range nr {
-		copy(p.acc[(gi0+i)*dv:(gi0+i+1)*dv], at[i*dvp:i*dvp+dv])
+		copy(acc[i*dv:(i+1)*dv], at[i*dvp:i*dvp+dv])
 	}
 }
 
@@ -363,19 +490,19 @@ func (p *sdpaPlan) maskScores(s *sdpaScratch, i, jb int, sc []float32) float32 {
 	return bm
 }
 
-// raiseMax lifts row gi's running max to the block max bm when that is
-// larger, rescaling the row's running sum and its output acc to match, and
+// raiseMax lifts a row's running max *m to the block max bm when that is
+// larger, rescaling its running sum *l and its output acc to match, and
 // returns the row's max.
-func (p *sdpaPlan) raiseMax(gi int, bm float32, acc []float32) float32 {
-	if m := p.m[gi]; bm > m {
-		if m != sdpaNegInf {
-			c := sdpaExp(m - bm)
-			p.l[gi] *= c
+func raiseMax(m, l *float32, bm float32, acc []float32) float32 {
+	if bm > *m {
+		if *m != sdpaNegInf {
+			c := sdpaExp(*m - bm)
+			*l *= c
 			sdpaScale(c, acc)
 		}
-		p.m[gi] = bm
+		*m = bm
 	}
-	return p.m[gi]
+	return *m
 }
 
 // applyMask applies the array mask to a row of scores: bool masks drop
@@ -411,8 +538,8 @@ func (p *sdpaPlan) applyMask(sc []float32, off int) {
 	}
 }
 
-// sdpaFinish merges the key-chunk partials of every row, folds in the
-// sink logit and normalises into the output.
+// sdpaFinish folds the key-chunk partials of every row (split plans),
+// folds in the sink logit and normalises into the output.
 func (be *Backend) sdpaFinish(p *sdpaPlan, om *impl, dt tensor.DType) {
 	rows := p.rowsPerHead()
 	totalRows := p.b * p.hkv * rows
@@ -423,22 +550,18 @@ func (be *Backend) sdpaFinish(p *sdpaPlan, om *impl, dt tensor.DType) {
 			r := gr % rows
 			b, kvh := bk/p.hkv, bk%p.hkv
 			hq, t := p.rowHead(kvh, r)
-			m := sdpaNegInf
-			for c := range p.kChunks {
-				m = max(m, p.m[c*totalRows+gr])
-			}
-			clear(res)
-			var l float32
-			if m != sdpaNegInf {
-				for c := range p.kChunks {
+			m, l := p.m[gr], p.l[gr]
+			copy(res, p.acc[gr*p.dv:(gr+1)*p.dv])
+			if p.split {
+				m, l = sdpaNegInf, 0
+				for c := range p.chunks {
 					i := c*totalRows + gr
-					if p.m[i] == sdpaNegInf {
-						continue
-					}
-					f := sdpaExp(p.m[i] - m)
-					l += p.l[i] * f
-					sdpaAxpy(f, p.acc[i*p.dv:(i+1)*p.dv], res)
+					sdpaFold(&m, &l, res, p.m[i], p.l[i], p.acc[i*p.dv:(i+1)*p.dv])
 				}
+			}
+			if m == sdpaNegInf {
+				clear(res)
+				l = 0
 			}
 			if p.sinks != nil {
 				sk := p.sinks[hq]

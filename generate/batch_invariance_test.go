@@ -1,0 +1,71 @@
+package generate_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/model"
+	"github.com/mlxgo/mlxgo/tensor/tensortest"
+)
+
+// TestBatchInvariance is the randomized schedule: random prompts,
+// sampling parameters, seeds, prefill chunk sizes (1, 7, 2048), join
+// steps, cancels, batch widths and token budgets (which re-chunk joining
+// prompts; not for Gemma 4, see below), over every fixture in float32
+// and bfloat16: 224 rows. Every row's tokens and logprobs equal its solo Generate bit
+// for bit (a cancelled row's, up to where it was cancelled).
+func TestBatchInvariance(t *testing.T) {
+	rowsPer := 16
+	if testing.Short() {
+		rowsPer = 6
+	}
+	total := 0
+	for _, name := range allFixtures {
+		for _, dt := range []string{"f32", "bf16"} {
+			t.Run(fmt.Sprintf("%s/%s", name, dt), func(t *testing.T) {
+				defer tensortest.NoLeaks(t)()
+				mm, err := model.Load(filepath.Join(fixtures, name, dt), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer mm.Close()
+				m := generate.Wrap(mm, mm.Info().Vocab)
+				r := rand.New(rand.NewPCG(uint64(total), 99))
+				reqs := make([]request, rowsPer)
+				for i := range reqs {
+					reqs[i] = randomRequest(r, m.VocabSize(), nil)
+					reqs[i].join = r.IntN(12)
+					if r.IntN(6) == 0 {
+						reqs[i].cancelAt = reqs[i].join + 1 + r.IntN(6)
+					}
+				}
+				bo := generate.BatchOptions{MaxRows: 1 + r.IntN(6)}
+				bo.TokenBudget = bo.MaxRows + r.IntN(40)
+				if strings.HasPrefix(name, "gemma4") {
+					// Gemma 4's sliding-window layers use rotating caches,
+					// which lay keys out differently for a chunked write
+					// than for single-token ring writes, so attention sums
+					// them in another order when a budget re-chunks the
+					// prompt: not yet invariant to chunking. The budget
+					// here holds every request's own chunk, so only batch
+					// composition, join steps and cancels vary.
+					bo.TokenBudget = 4096
+				}
+				got, st := runBatch(t, m, reqs, bo)
+				for i, q := range reqs {
+					sameAsSolo(t, name, i, got[i], runSolo(t, m, q.prompt, q.o))
+				}
+				if st.MaxRows < min(2, bo.MaxRows) {
+					t.Errorf("the schedule never batched rows (max %d)", st.MaxRows)
+				}
+				t.Logf("%d rows, max batch %d of %d, budget %d: %d steps, %d tokens", len(reqs), st.MaxRows, bo.MaxRows, bo.TokenBudget, st.Steps, st.Tokens)
+			})
+			total += rowsPer
+		}
+	}
+	t.Logf("%d rows in all", total)
+}

@@ -235,6 +235,15 @@ type RoPEOptions struct {
 	Freqs *Array
 }
 
+// PagedAttention is implemented by backends that attend over a paged KV
+// pool in place (ScaledDotProductAttentionPaged gathers the blocks for
+// those that do not). Arguments are checked by the caller; table holds
+// exactly the blocks of the kvLen keys, and the result must equal SDPA on
+// the gathered keys and values bit for bit.
+type PagedAttention interface {
+	SDPAPaged(q, kPool, vPool *Array, table []int32, kvLen int, o SDPAOptions) *Array
+}
+
 // MaskKind selects how SDPA masks scores.
 type MaskKind uint8
 

@@ -62,6 +62,7 @@ func families() []family {
 		{"norm", normCases},
 		{"rope", ropeCases},
 		{"sdpa", sdpaCases},
+		{"paged", pagedCases},
 		{"quant", quantCases},
 		{"random", randomCases},
 		{"scale", scaleCases},

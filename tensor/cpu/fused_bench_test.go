@@ -2,7 +2,9 @@ package cpu
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -56,5 +58,45 @@ func BenchmarkRMSNorm(b *testing.B) {
 	b.SetBytes(int64(rows * d * 2))
 	for b.Loop() {
 		tensor.RMSNorm(x, w, 1e-6).Free()
+	}
+}
+
+// BenchmarkSDPAPagedDecode times decode attention (one query, Hq 32, Hkv
+// 8, head dim 128, bfloat16) over keys read in place from a block pool
+// (shuffled blocks of 16..256 positions) against the same keys stored
+// contiguously, alternating the two every iteration so both see the same
+// machine: contig-us and paged-us per call, and their ratio.
+func BenchmarkSDPAPagedDecode(b *testing.B) {
+	const hq, hkv, d = 32, 8, 128
+	r := rand.New(rand.NewPCG(17, 18))
+	for _, l := range []int{1024, 8192, 32768} {
+		q := tensor.FromFloat32(randF32(r, hq*d), []int{1, hq, 1, d}, tensor.BFloat16)
+		// the contiguous cache has room to grow, as a decode cache does
+		kc := tensor.FromFloat32(randF32(r, hkv*(l+256)*d), []int{1, hkv, l + 256, d}, tensor.BFloat16)
+		vc := tensor.FromFloat32(randF32(r, hkv*(l+256)*d), []int{1, hkv, l + 256, d}, tensor.BFloat16)
+		k, v := tensor.SliceAxis(kc, 2, 0, l), tensor.SliceAxis(vc, 2, 0, l)
+		for _, bs := range []int{16, 32, 64, 128, 256} {
+			b.Run(fmt.Sprintf("keys%d/block%d", l, bs), func(b *testing.B) {
+				kd, vd := tensor.Contiguous(k), tensor.Contiguous(v)
+				kp, vp, table := pagedPools(r, kd, vd, bs, (l+bs-1)/bs+8)
+				tensor.Free(kd, vd)
+				defer tensor.Free(kp, vp)
+				o := tensor.SDPAOptions{MaskKind: tensor.MaskCausal}
+				var tc, tp time.Duration
+				for b.Loop() {
+					t0 := time.Now()
+					tensor.ScaledDotProductAttention(q, k, v, o).Free()
+					t1 := time.Now()
+					tensor.ScaledDotProductAttentionPaged(q, kp, vp, table, l, o).Free()
+					tc += t1.Sub(t0)
+					tp += time.Since(t1)
+				}
+				n := float64(b.N)
+				b.ReportMetric(tc.Seconds()/n*1e6, "contig-us")
+				b.ReportMetric(tp.Seconds()/n*1e6, "paged-us")
+				b.ReportMetric(tp.Seconds()/tc.Seconds(), "ratio")
+			})
+		}
+		tensor.Free(q, kc, vc, k, v)
 	}
 }

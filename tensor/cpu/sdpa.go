@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 	"sync"
+	"unsafe"
 
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -420,17 +421,11 @@ func (p *sdpaPlan) blockGemm(s *sdpaScratch, b, kvh, nr, j0, j1 int, m, l, acc [
 		// keys as 32-column panels of Kᵀ, values as 32-column panels of V
 		clear(s.kp[:nkp*d])
 		clear(s.vp[:nkp*dvp])
+		p.packKeys(s.kp, b, kvh, jb, nk)
 		for j := range nk {
-			kr := s.k[:d]
-			fusedLoad(kr, p.k.data, p.k.row(b, kvh, jb+j), p.k.dt)
-			pan := s.kp[j/32*32*d:]
-			for t, x := range kr {
-				pan[t*32+j%32] = x
-			}
-			vr := s.v[:dv]
-			fusedLoad(vr, p.v.data, p.v.row(b, kvh, jb+j), p.v.dt)
+			vo := p.v.row(b, kvh, jb+j)
 			for c0 := 0; c0 < dv; c0 += 32 {
-				copy(s.vp[c0/32*nkp*32+j*32:][:min(32, dv-c0)], vr[c0:])
+				fusedLoad(s.vp[c0/32*nkp*32+j*32:][:min(32, dv-c0)], p.v.data, vo+c0, p.v.dt)
 			}
 		}
 		sc := s.s[:nrp*nkp]
@@ -469,6 +464,48 @@ func (p *sdpaPlan) blockGemm(s *sdpaScratch, b, kvh, nr, j0, j1 int, m, l, acc [
 	for i := range nr {
 		copy(acc[i*dv:(i+1)*dv], at[i*dvp:i*dvp+dv])
 	}
+}
+
+// packKeys writes keys jb..jb+nk-1 of (b, kvh) into kp as 32-column
+// panels of Kᵀ (panel c holds, for each t < d, keys 32c..32c+31): runs of
+// 16 keys at one stride (within a segment) are transposed 16×16 in
+// registers, the rest copied one by one. The values are the keys'
+// exactly, whichever way they are moved.
+func (p *sdpaPlan) packKeys(kp []float32, b, kvh, jb, nk int) {
+	d := p.d
+	kind, es := packKind(p.k.dt), p.k.dt.Size()
+	j := 0
+	if hasAVX512 && kind >= 0 && d >= 16 {
+		for ; j+16 <= nk; j += 16 {
+			first, last := jb+j, jb+j+15
+			if first/p.k.segLen != last/p.k.segLen || p.k.rs <= 0 {
+				break // a run across segments: one by one from here
+			}
+			pan := kp[j/32*32*d+j%32:]
+			o := p.k.row(b, kvh, first)
+			packT16(&pan[0], 4*32, unsafe.Pointer(&p.k.data[o*es]), p.k.rs*es, d/16, kind)
+			for t := d &^ 15; t < d; t++ {
+				for jj := range 16 {
+					pan[t*32+jj] = keyAt(&p.k, b, kvh, first+jj, t)
+				}
+			}
+		}
+	}
+	kr := make([]float32, d)
+	for ; j < nk; j++ {
+		fusedLoad(kr, p.k.data, p.k.row(b, kvh, jb+j), p.k.dt)
+		pan := kp[j/32*32*d:]
+		for t, x := range kr {
+			pan[t*32+j%32] = x
+		}
+	}
+}
+
+// keyAt reads element t of key j of (b, h) as float32.
+func keyAt(kv *sdpaKV, b, h, j, t int) float32 {
+	var x [1]float32
+	fusedLoad(x[:], kv.data, kv.row(b, h, j)+t, kv.dt)
+	return x[0]
 }
 
 // maskScores masks row i's scores sc of the key block starting at key jb

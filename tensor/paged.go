@@ -1,0 +1,80 @@
+package tensor
+
+import (
+	"math"
+	"slices"
+)
+
+// ScaledDotProductAttentionPaged is ScaledDotProductAttention over keys
+// and values held in the fixed-size blocks of a pool, as a paged KV cache
+// stores them: q is [1, Hq, T, D]; kPool is [NumBlocks, Hkv, BlockSize, D]
+// and vPool [NumBlocks, Hkv, BlockSize, Dv]; table lists the pool blocks
+// holding key positions 0..kvLen-1 in order (position p is in block
+// table[p/BlockSize], slot p%BlockSize; slots past kvLen are ignored). The
+// options are SDPA's with kvLen keys: MaskCausal takes the T queries as
+// the last T of the kvLen positions, a mask array broadcasts to [1, Hq, T,
+// kvLen]. The result is bit for bit that of ScaledDotProductAttention on
+// the gathered [1, Hkv, kvLen, D] keys and values. Backends that implement
+// PagedAttention read the blocks in place (the CPU backend does, in the
+// same kernel as SDPA); others gather them first.
+func ScaledDotProductAttentionPaged(q, kPool, vPool *Array, table []int32, kvLen int, o SDPAOptions) *Array {
+	sameBackend("SDPAPaged", q, kPool, vPool, o.Mask, o.Sinks)
+	if q.NDim() != 4 || kPool.NDim() != 4 || vPool.NDim() != 4 {
+		throw("SDPAPaged", ErrShape, "q %v, key pool %v, value pool %v (want 4-D)", q.shape, kPool.shape, vPool.shape)
+	}
+	hq, tq, d := q.shape[1], q.shape[2], q.shape[3]
+	nb, hkv, bs := kPool.shape[0], kPool.shape[1], kPool.shape[2]
+	if q.shape[0] != 1 {
+		throw("SDPAPaged", ErrShape, "q %v: one sequence (batch 1) per call", q.shape)
+	}
+	if kPool.shape[3] != d || vPool.shape[0] != nb || vPool.shape[1] != hkv || vPool.shape[2] != bs || bs == 0 {
+		throw("SDPAPaged", ErrShape, "q %v, key pool %v, value pool %v disagree", q.shape, kPool.shape, vPool.shape)
+	}
+	if hkv == 0 || hq%hkv != 0 {
+		throw("SDPAPaged", ErrShape, "%d query heads for %d kv heads", hq, hkv)
+	}
+	used := (kvLen + bs - 1) / bs
+	if kvLen < 0 || used > len(table) {
+		throw("SDPAPaged", ErrArgument, "%d keys need %d blocks of %d, table has %d", kvLen, used, bs, len(table))
+	}
+	for i, b := range table[:used] {
+		if b < 0 || int(b) >= nb {
+			throw("SDPAPaged", ErrArgument, "table[%d] = %d outside the pool's %d blocks", i, b, nb)
+		}
+	}
+	if o.Scale == 0 {
+		o.Scale = float32(1 / math.Sqrt(float64(d)))
+	}
+	if o.MaskKind == MaskArray {
+		if o.Mask == nil {
+			throw("SDPAPaged", ErrArgument, "MaskArray without a mask")
+		}
+		want := []int{1, hq, tq, kvLen}
+		if bs, ok := BroadcastShapes(o.Mask.shape, want); !ok || !slices.Equal(bs, want) {
+			throw("SDPAPaged", ErrShape, "mask %v does not broadcast to %v", o.Mask.shape, want)
+		}
+	}
+	if o.Sinks != nil && (o.Sinks.NDim() != 1 || o.Sinks.shape[0] != hq) {
+		throw("SDPAPaged", ErrShape, "sinks %v for %d heads", o.Sinks.shape, hq)
+	}
+	if pa, ok := q.be.(PagedAttention); ok {
+		return pa.SDPAPaged(q, kPool, vPool, table[:used], kvLen, o)
+	}
+	return WithScope(func() []*Array {
+		k, v := gatherPaged(kPool, table[:used], kvLen), gatherPaged(vPool, table[:used], kvLen)
+		return []*Array{ScaledDotProductAttention(q, k, v, o)}
+	})[0]
+}
+
+// gatherPaged makes the contiguous [1, H, n, D] array of the first n
+// positions held in pool's blocks listed by table.
+func gatherPaged(pool *Array, table []int32, n int) *Array {
+	h, bs, d := pool.shape[1], pool.shape[2], pool.shape[3]
+	if len(table) == 0 {
+		return FullOn(pool.be, []int{1, h, 0, d}, 0, pool.dtype)
+	}
+	idx := FromInt32On(pool.be, table, []int{len(table)})
+	blocks := Take(pool, idx, 0)                                   // [nb, H, bs, D]
+	seq := Reshape(SwapAxes(blocks, 0, 1), 1, h, len(table)*bs, d) // [1, H, nb·bs, D]
+	return Contiguous(SliceAxis(seq, 2, 0, n))
+}

@@ -273,3 +273,117 @@ func TestSDPADecodeEqualsPrefill(t *testing.T) {
 		}
 	})
 }
+
+// TestRowOpsRowInvariant: the per-row operations around the matmuls
+// (norms, softmax, reductions along the last axis, RoPE, elementwise
+// activations) give each row the same bits alone and among M rows, under
+// several worker counts, including rows long enough to be split into
+// pieces (a vocabulary of logits).
+func TestRowOpsRowInvariant(t *testing.T) {
+	forEachKernel(t, func(t *testing.T) {
+		live := tensor.LiveArrays()
+		r := rand.New(rand.NewPCG(19, 20))
+		for _, dt := range invDTypes {
+			for _, d := range []int{77, 256, 70000, 140000} {
+				m := 5
+				if d > 1000 {
+					m = 3
+				}
+				s := tensor.NewScope()
+				x := tensor.FromFloat32(randF32(r, m*d), []int{m, d}, dt)
+				w := tensor.FromFloat32(randF32(r, d), []int{d}, dt)
+				bias := tensor.FromFloat32(randF32(r, d), []int{d}, dt)
+				ops := map[string]func(*tensor.Array) *tensor.Array{
+					"rmsnorm":   func(a *tensor.Array) *tensor.Array { return tensor.RMSNorm(a, w, 1e-5) },
+					"layernorm": func(a *tensor.Array) *tensor.Array { return tensor.LayerNorm(a, w, bias, 1e-5) },
+					"softmax":   func(a *tensor.Array) *tensor.Array { return tensor.Softmax(a, -1) },
+					"sum":       func(a *tensor.Array) *tensor.Array { return tensor.Sum(a, []int{1}, true) },
+					"max":       func(a *tensor.Array) *tensor.Array { return tensor.Max(a, []int{1}, true) },
+					"logsumexp": func(a *tensor.Array) *tensor.Array { return tensor.LogSumExp(a, []int{1}, true) },
+					"argmax":    func(a *tensor.Array) *tensor.Array { return tensor.Argmax(a, -1, true) },
+					"silu":      tensor.Silu,
+					"gelu":      tensor.GeluApprox,
+					"mul":       func(a *tensor.Array) *tensor.Array { return tensor.Mul(a, w) },
+				}
+				for name, f := range ops {
+					checkRowInvariant(t, fmt.Sprintf("%s/%s/d%d", name, dt, d), m,
+						func() *tensor.Array { return f(x) },
+						func(i int) *tensor.Array { return f(rowOf(x, 0, i)) })
+				}
+				s.Close()
+			}
+		}
+		if d := tensor.LiveArrays() - live; d != 0 {
+			t.Errorf("%d arrays leaked", d)
+		}
+	})
+}
+
+// TestSoftmaxMaskedTail: a softmax row with masked (−∞) entries appended,
+// as a query inside a prefill block sees the keys past its position,
+// gives its visible entries the same bits as the row without them.
+func TestSoftmaxMaskedTail(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	for _, n := range []int{100, 40000} {
+		for _, extra := range []int{1, 37, 50000} {
+			s := tensor.NewScope()
+			v := randF32(r, n)
+			long := append(append([]float32{}, v...), make([]float32, extra)...)
+			for i := n; i < len(long); i++ {
+				long[i] = float32(math.Inf(-1))
+			}
+			a := tensor.Softmax(tensor.FromFloat32(v, []int{1, n}, tensor.Float32), -1).Bytes()
+			b := tensor.Softmax(tensor.FromFloat32(long, []int{1, len(long)}, tensor.Float32), -1).Bytes()
+			if !bytes.Equal(a, b[:len(a)]) {
+				t.Fatalf("n %d + %d masked: visible probabilities differ", n, extra)
+			}
+			s.Close()
+		}
+	}
+}
+
+// TestRoPEPositionInvariant: a token rotated inside a T-token block at
+// offset o gives the same bits as the token alone at offset o+t.
+func TestRoPEPositionInvariant(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	for _, dt := range invDTypes {
+		s := tensor.NewScope()
+		const h, tt, d, off = 4, 9, 64, 1000
+		x := tensor.FromFloat32(randF32(r, h*tt*d), []int{1, h, tt, d}, dt)
+		o := tensor.RoPEOptions{Dims: d, Base: 10000, Scale: 1, Offset: off}
+		checkRowInvariant(t, "rope/"+dt.String(), tt,
+			func() *tensor.Array { return tensor.Contiguous(tensor.SwapAxes(tensor.RoPE(x, o), 1, 2)) },
+			func(i int) *tensor.Array {
+				oi := o
+				oi.Offset = off + i
+				return tensor.Contiguous(tensor.SwapAxes(tensor.RoPE(tensor.SliceAxis(x, 2, i, i+1), oi), 1, 2))
+			})
+		s.Close()
+	}
+}
+
+// TestGatherQMMRowInvariant: expert products (mixture-of-experts) give a
+// token's rows the same bits whatever other tokens the call holds.
+func TestGatherQMMRowInvariant(t *testing.T) {
+	forEachKernel(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(25, 26))
+		for _, dt := range invDTypes {
+			const e, n, k, tok, top = 4, 48, 128, 9, 2
+			s := tensor.NewScope()
+			w := tensor.FromFloat32(randF32(r, e*n*k), []int{e, n, k}, dt)
+			wq, sc, bi := tensor.Quantize(w, 64, 4)
+			x := tensor.FromFloat32(randF32(r, tok*k), []int{tok, 1, 1, k}, dt)
+			idx := make([]int32, tok*top)
+			for i := range idx {
+				idx[i] = int32(r.IntN(e))
+			}
+			inds := tensor.FromInt32(idx, []int{tok, top})
+			checkRowInvariant(t, "gatherqmm/"+dt.String(), tok,
+				func() *tensor.Array { return tensor.GatherQMM(x, wq, sc, bi, nil, inds, true, 64, 4) },
+				func(i int) *tensor.Array {
+					return tensor.GatherQMM(rowOf(x, 0, i), wq, sc, bi, nil, rowOf(inds, 0, i), true, 64, 4)
+				})
+			s.Close()
+		}
+	})
+}

@@ -381,6 +381,32 @@ type ewReducer struct {
 	ib     []int64
 }
 
+// redChunk is the length of the fixed pieces a long row is reduced in:
+// each piece on its own, then the pieces merged in order. A row's result
+// is then the same whether it is reduced whole or split across workers,
+// and whatever the number of rows or workers.
+const redChunk = 1 << 16
+
+// floatRow reduces a row of n floats in redChunk pieces, merged in order.
+func (r *ewReducer) floatRow(off, n int) ewFloatAcc {
+	acc := r.float(off, min(n, redChunk))
+	for s := redChunk; s < n; s += redChunk {
+		p := r.float(off+s*r.stride, min(redChunk, n-s))
+		acc.merge(&p)
+	}
+	return acc
+}
+
+// intRow is floatRow for integers and bools.
+func (r *ewReducer) intRow(off, n int) ewIntAcc {
+	acc := r.int(off, min(n, redChunk))
+	for s := redChunk; s < n; s += redChunk {
+		p := r.int(off+s*r.stride, min(redChunk, n-s))
+		acc.merge(&p)
+	}
+	return acc
+}
+
 func (r *ewReducer) float(off, n int) ewFloatAcc {
 	acc := newFloatAcc(r.op)
 	for d := 0; d < n; d += ewBlock {
@@ -400,8 +426,8 @@ func (r *ewReducer) int(off, n int) ewIntAcc {
 // Reduce reduces a over axes. Reductions read each row along the reduced
 // axes as one strided run (dense for the common last-axis case); when the
 // reduced axes cannot be walked as one run, they are first gathered into a
-// dense copy. A few very long rows are split across workers and the
-// partial results merged.
+// dense copy. Rows longer than redChunk are reduced in fixed pieces merged
+// in order; a few such rows run their pieces in parallel.
 func (be *Backend) Reduce(op tensor.ReduceOp, a *tensor.Array, axes []int, keepDims bool) *tensor.Array {
 	dt := a.DType()
 	odt := reduceOutDType(op, dt)
@@ -481,8 +507,7 @@ func (be *Backend) Reduce(op tensor.ReduceOp, a *tensor.Array, axes []int, keepD
 			ewStoreI64(odt, od, oi, 1, []int64{i.v})
 		}
 	}
-	const split = 1 << 16
-	if rows >= workers() || n < split {
+	if rows >= workers() || n <= redChunk {
 		so, si := ol.inner(0), ol.inner(1)
 		ewEach(ol, []int{0, base}, max(1, ewGrain/max(n, 1)), func() func([]int, int) {
 			r := newReducer()
@@ -490,10 +515,10 @@ func (be *Backend) Reduce(op tensor.ReduceOp, a *tensor.Array, axes []int, keepD
 				for j := range cnt {
 					oi, ii := pos[0]+j*so, pos[1]+j*si
 					if isFloat {
-						acc := r.float(ii, n)
+						acc := r.floatRow(ii, n)
 						store(oi, &acc, nil)
 					} else {
-						acc := r.int(ii, n)
+						acc := r.intRow(ii, n)
 						store(oi, nil, &acc)
 					}
 				}
@@ -501,7 +526,8 @@ func (be *Backend) Reduce(op tensor.ReduceOp, a *tensor.Array, axes []int, keepD
 		})
 		return out
 	}
-	// few long rows: split each across workers and merge the partials
+	// few long rows: their redChunk pieces in parallel, merged in order
+	// (floatRow's arithmetic)
 	bases := make([]int, 0, rows)
 	ewEach(ol, []int{0, base}, rows, func() func([]int, int) {
 		return func(pos []int, cnt int) {
@@ -510,7 +536,7 @@ func (be *Backend) Reduce(op tensor.ReduceOp, a *tensor.Array, axes []int, keepD
 			}
 		}
 	})
-	chunk := (n + workers() - 1) / workers()
+	chunk := redChunk
 	parts := (n + chunk - 1) / chunk
 	for oi, b := range bases {
 		fa := make([]ewFloatAcc, parts)
@@ -617,8 +643,8 @@ func (be *Backend) ArgReduce(op tensor.ArgReduceOp, a *tensor.Array, axis int, k
 
 // Softmax computes e^(x-max) / Σ e^(x-max) along axis in float32 and
 // stores a's dtype. A row whose max is ±Inf or NaN (for instance all -Inf)
-// gives NaN, as MLX does. A single long row (a vocabulary of logits) is
-// split across workers.
+// gives NaN, as MLX does. A few long rows (vocabularies of logits) are
+// split across workers, in the same fixed pieces a row is always summed in.
 func (be *Backend) Softmax(a *tensor.Array, axis int) *tensor.Array {
 	dt := a.DType()
 	out, om := be.newArray(a.Shape(), dt)
@@ -629,7 +655,7 @@ func (be *Backend) Softmax(a *tensor.Array, axis int) *tensor.Array {
 	n, ist, ost := rows.n, rows.inStride, rows.outStride
 	data, od := get(a).buf.data, om.buf.data
 	direct := dt == tensor.Float32 && ost == 1
-	if rows.count() < workers() && n >= 1<<15 {
+	if rows.count() < workers() && n > smChunk {
 		// one row at a time, each split across the workers
 		rows.eachGrain(rows.count(), func() func(int, int) {
 			x := make([]float32, n)
@@ -658,7 +684,11 @@ func (be *Backend) Softmax(a *tensor.Array, axis int) *tensor.Array {
 				ys = ewView[float32](od)[oo : oo+n]
 			}
 			m := ewMaxF32(float32(math.Inf(-1)), xs)
-			s := ewExpSum(xs, ys, m)
+			var s float64
+			for c := 0; c < n; c += smChunk {
+				e := min(n, c+smChunk)
+				s += ewExpSum(xs[c:e], ys[c:e], m)
+			}
 			ewScale(ys, float32(1/s))
 			if !direct {
 				ewStoreF32(dt, od, oo, ost, ys)
@@ -674,11 +704,16 @@ func ewScale(y []float32, c float32) {
 	}
 }
 
-// ewSoftmaxParallel is softmax of one long row in three parallel passes.
+// smChunk is the length of the fixed pieces softmax sums a row's
+// exponentials in (each piece's sum, then the pieces' sums in order), so
+// that a row gives the same bits whole or split across workers.
+const smChunk = 1 << 15
+
+// ewSoftmaxParallel is softmax of one long row in three parallel passes
+// over its smChunk pieces.
 func ewSoftmaxParallel(x, y []float32) {
 	n := len(x)
-	w := workers()
-	chunk := (n + w - 1) / w
+	chunk := smChunk
 	parts := (n + chunk - 1) / chunk
 	ms := make([]float32, parts)
 	sums := make([]float64, parts)

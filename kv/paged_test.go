@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/mlxgo/mlxgo/mlxffi/mlxtest"
 	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tensor/tensortest"
 )
@@ -111,14 +112,17 @@ func (pr *pair) same() {
 // (paged states into contiguous caches and back), clones written on both
 // sides — in float32 and bfloat16, at block sizes 1, 3, 16 and 5, and
 // requires bit-identical attention outputs, masks and states throughout.
-func TestPagedBitExact(t *testing.T) {
+func TestPagedBitExact(t *testing.T) { pagedBitExact(t, 3, []int{1, 3, 16, 5}) }
+
+// pagedBitExact runs TestPagedBitExact's trials for the given block sizes.
+func pagedBitExact(t *testing.T, trials int, blockSizes []int) {
 	defer tensortest.NoLeaks(t)()
 	for _, kind := range pagedKinds {
 		for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
-			for _, bs := range []int{1, 3, 16, 5} {
+			for _, bs := range blockSizes {
 				t.Run(fmt.Sprintf("%s/%s/bs%d", kind.name, dt, bs), func(t *testing.T) {
 					defer tensortest.NoLeaks(t)()
-					for trial := range 3 {
+					for trial := range trials {
 						pagedTrial(t, kind, dt, bs, uint64(trial))
 					}
 				})
@@ -361,5 +365,24 @@ func TestPagedSaveLoad(t *testing.T) {
 		tensor.Free(k, v, q)
 		orig[i].Free()
 		restored[i].Free()
+	}
+}
+
+// TestMLXPaged runs the paged cache tests on MLX: bit-exactness against
+// the contiguous caches (one trial per case, block sizes 3 and 16), prefix
+// sharing, a 1,000-step churn and persistence.
+func TestMLXPaged(t *testing.T) {
+	mlxtest.UseAsDefault(t)
+	for _, tc := range []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"BitExact", func(t *testing.T) { pagedBitExact(t, 1, []int{3, 16}) }},
+		{"PrefixSharing", TestPrefixSharing},
+		{"PrefixSlidingWindow", TestPrefixSlidingWindow},
+		{"Churn", func(t *testing.T) { pagedChurn(t, 1000) }},
+		{"SaveLoad", TestPagedSaveLoad},
+	} {
+		t.Run(tc.name, tc.f)
 	}
 }

@@ -387,7 +387,9 @@ func TestPrefixSlidingWindow(t *testing.T) {
 // block accounting adds up (every block free, cached or held as often as
 // the caches' tables say) and that the only live arrays are the pool's
 // storage; at the end every block is free again.
-func TestPagedChurn(t *testing.T) {
+func TestPagedChurn(t *testing.T) { pagedChurn(t, 3000) }
+
+func pagedChurn(t *testing.T, steps int) {
 	defer tensortest.NoLeaks(t)()
 	const bs = 4
 	r := rand.New(rand.NewPCG(5, 5))
@@ -451,7 +453,6 @@ func TestPagedChurn(t *testing.T) {
 		return true
 	}
 	prompts := [][]int32{ids(0, 20), ids(1000, 9), ids(2000, 33)}
-	steps := 3000
 	for stepN := range steps {
 		switch op := r.IntN(10); {
 		case op < 2 || len(live) == 0:

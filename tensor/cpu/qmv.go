@@ -38,6 +38,8 @@ import (
 // tiled 6 rows × 32 columns) that summed in another order: with it, a
 // T-token prefill rounded differently from T single steps.
 
+//go:generate go run gen_qmvr.go
+
 // qmvPrefetchBytes is about how far ahead of its reads the kernel
 // prefetches weights (rounded to whole rows): enough to cover DRAM latency
 // at full bandwidth.

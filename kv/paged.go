@@ -140,21 +140,24 @@ func gatherSlots(lp *layerPool, i int, table []int32, spans []span) *tensor.Arra
 	return out[0]
 }
 
-// pagedAttention is Attention over paged keys and values. Plain layers
-// gather the table's blocks into contiguous keys and values and run the
-// same SDPA as a contiguous cache (hence bit-identical results);
-// quantized ones gather the packed parts and run quantizedAttention.
-// This gather is the one place to switch to a block-table SDPA kernel.
+// pagedAttention is Attention over paged keys and values. Plain layers go
+// to tensor.ScaledDotProductAttentionPaged, which reads the blocks through
+// the table (in place on the CPU backend; other backends gather them) and
+// equals SDPA on the gathered keys and values bit for bit. Quantized
+// layers gather their packed parts into contiguous arrays and run
+// quantizedAttention on them: correct and bit-identical to the contiguous
+// quantized cache, but a copy of the context per call until a block-table
+// quantized kernel exists. A new codec (TurboQuant) adds its parts in
+// codec.encode and its attention here.
 func pagedAttention(q *tensor.Array, p *PagedKV, o tensor.SDPAOptions) *tensor.Array {
+	if !p.lp.c.quantized() {
+		return tensor.ScaledDotProductAttentionPaged(q, p.lp.parts[0], p.lp.parts[1], p.Table, p.Len, o)
+	}
+	if o.Sinks != nil {
+		throwf("Attention", tensor.ErrArgument, "attention sinks with a quantized cache")
+	}
 	res := tensor.WithScope(func() []*tensor.Array {
-		parts := p.Gather()
-		if p.lp.c.quantized() {
-			if o.Sinks != nil {
-				throwf("Attention", tensor.ErrArgument, "attention sinks with a quantized cache")
-			}
-			return []*tensor.Array{quantizedAttention(q, p.lp.c.kv(parts).Quant, o)}
-		}
-		return []*tensor.Array{tensor.ScaledDotProductAttention(q, parts[0], parts[1], o)}
+		return []*tensor.Array{quantizedAttention(q, p.lp.c.kv(p.Gather()).Quant, o)}
 	})
 	return res[0]
 }

@@ -19,4 +19,13 @@
 // in place and cost only the new tokens (a view kept alive would make the
 // next write copy the whole buffer). Everything else a cache returns
 // (State, masks, Temporal) belongs to the caller.
+//
+// A Pool stores many sequences' keys and values in fixed-size blocks, one
+// block numbering per layer; a PagedCache is one sequence's cache of one
+// layer over it, with the slots (and so the attention results, bit for
+// bit) of the contiguous cache of its kind. Pool.NewCaches gives a
+// sequence its caches, laid out as LayerSpecs says a model's MakeCaches
+// lays out its contiguous ones. Blocks are reference-counted: clones and
+// sequences with a common token prefix (RegisterPrefix, AdoptPrefix) share
+// them, and a shared block is copied on its next write.
 package kv

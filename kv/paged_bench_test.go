@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -68,5 +69,93 @@ func benchPagedDecode(b *testing.B, ctx, bs int, gather bool) {
 		out.Free()
 		m.Free()
 		c.Trim(1)
+	}
+}
+
+// BenchmarkPagedVsContiguous times the same decode step (as
+// BenchmarkPagedDecodeAttention) on a contiguous cache and on its paged
+// equivalent, alternating them within every iteration (in rotating order)
+// so that load changes on a shared machine hit both alike, and reports
+// each one's milliseconds per step and their ratio. For plain bfloat16 KV
+// it also times the paged cache through the gather (blocks copied into
+// contiguous keys and values, then SDPA); quantized paged layers always
+// gather (q8g64).
+func BenchmarkPagedVsContiguous(b *testing.B) {
+	for _, kind := range []string{"plain", "q8g64"} {
+		for _, ctx := range []int{1024, 8192, 32768} {
+			for _, bs := range []int{16, 64, 256} {
+				if kind != "plain" && bs != 64 {
+					continue
+				}
+				b.Run(fmt.Sprintf("%s/ctx=%d/bs=%d", kind, ctx, bs), func(b *testing.B) {
+					benchPagedVsContiguous(b, kind, ctx, bs)
+				})
+			}
+		}
+	}
+}
+
+func benchPagedVsContiguous(b *testing.B, kind string, ctx, bs int) {
+	r := rand.New(rand.NewPCG(5, 2))
+	spec := LayerSpec{}
+	var contig Cache = NewKVCache()
+	if kind == "q8g64" {
+		spec.Quant = QuantSpec{Bits: 8, GroupSize: 64}
+		contig = mustQ(NewQuantizedKVCache(64, 8))
+	}
+	pool, err := NewPool(PoolConfig{BlockSize: bs, Blocks: (ctx + bs - 1) / bs, Layers: []LayerSpec{spec}, Preallocate: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Free()
+	paged := pool.NewCaches()[0]
+	defer contig.Free()
+	defer paged.Free()
+	fill(contig, rand.New(rand.NewPCG(5, 3)), ctx-1)
+	fill(paged, rand.New(rand.NewPCG(5, 3)), ctx-1)
+	kn, vn := benchTokens(r, 1)
+	q := tensor.FromFloat32(randVals(r, benchHq*benchD), []int{1, benchHq, 1, benchD}, tensor.BFloat16)
+	defer tensor.Free(kn, vn, q)
+	run := func(c Cache, gather bool) time.Duration {
+		t0 := time.Now()
+		m := c.MakeMask(1, 0, false)
+		kv := c.UpdateAndFetch(kn, vn)
+		var out *tensor.Array
+		if gather {
+			parts := kv.Paged.Gather()
+			out = tensor.ScaledDotProductAttention(q, parts[0], parts[1], m.Options(0))
+			tensor.Free(parts...)
+		} else {
+			out = Attention(q, kv, m.Options(0))
+		}
+		tensor.Eval(out)
+		d := time.Since(t0)
+		out.Free()
+		m.Free()
+		c.Trim(1)
+		return d
+	}
+	steps := []func() time.Duration{
+		func() time.Duration { return run(contig, false) },
+		func() time.Duration { return run(paged, false) },
+	}
+	if kind == "plain" {
+		steps = append(steps, func() time.Duration { return run(paged, true) })
+	}
+	total := make([]time.Duration, len(steps))
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range steps {
+			k := (i + j) % len(steps)
+			total[k] += steps[k]()
+		}
+	}
+	n := float64(b.N)
+	b.ReportMetric(total[0].Seconds()*1e3/n, "contig-ms")
+	b.ReportMetric(total[1].Seconds()*1e3/n, "paged-ms")
+	b.ReportMetric(float64(total[1])/float64(total[0]), "paged/contig")
+	if len(total) > 2 {
+		b.ReportMetric(total[2].Seconds()*1e3/n, "gather-ms")
+		b.ReportMetric(float64(total[2])/float64(total[0]), "gather/contig")
 	}
 }

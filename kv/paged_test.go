@@ -386,3 +386,45 @@ func TestMLXPaged(t *testing.T) {
 		t.Run(tc.name, tc.f)
 	}
 }
+
+// TestBlocksNeeded: a sequence fed random writes of at most chunk tokens
+// never holds more blocks in any layer than BlocksNeeded says.
+func TestBlocksNeeded(t *testing.T) {
+	defer tensortest.NoLeaks(t)()
+	var specs []LayerSpec
+	for _, k := range pagedKinds {
+		specs = append(specs, k.spec)
+	}
+	for _, bs := range []int{1, 4, 16} {
+		r := rand.New(rand.NewPCG(6, uint64(bs)))
+		s := &stream{r: r, hq: 2, hkv: 2, d: 32, dv: 32, dt: tensor.Float32}
+		for trial := range 10 {
+			pool, err := NewPool(PoolConfig{BlockSize: bs, Blocks: 1024, Layers: specs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			chunk := 1 + r.IntN(40)
+			tokens := 1 + r.IntN(150)
+			cs := pool.NewCaches()
+			for fed := 0; fed < tokens; {
+				n := min(tokens-fed, 1+r.IntN(chunk))
+				for _, c := range cs {
+					k, v, q := s.chunk(n)
+					c.UpdateAndFetch(k, v)
+					tensor.Free(k, v, q)
+				}
+				fed += n
+			}
+			need := pool.BlocksNeeded(tokens, chunk)
+			for i, ls := range pool.Stats().Layers {
+				if ls.Peak > need[i] {
+					t.Fatalf("bs %d trial %d, %s: peak %d blocks, BlocksNeeded(%d, %d) = %d", bs, trial, pagedKinds[i].name, ls.Peak, tokens, chunk, need[i])
+				}
+			}
+			for _, c := range cs {
+				c.Free()
+			}
+			pool.Free()
+		}
+	}
+}

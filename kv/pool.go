@@ -193,6 +193,29 @@ func (p *Pool) NewCache(layer int) (*PagedCache, error) {
 	return newPagedCache(p.layers[layer]), nil
 }
 
+// BlocksNeeded is, per layer, the most blocks one sequence holds at any
+// time while it is fed tokens tokens in writes of at most chunk tokens
+// (shared layers: 0): what admission reserves so that a running sequence
+// never runs out. A full layer holds every token; a sliding-window one
+// holds its ring, at most Window−1+chunk slots (blocks it shares with
+// other sequences count for each of them: a shared block written is
+// replaced by a fresh one, not added to).
+func (p *Pool) BlocksNeeded(tokens, chunk int) []int {
+	bs := p.blockSize
+	out := make([]int, len(p.layers))
+	for i, lp := range p.layers {
+		switch w := lp.spec.Window; {
+		case lp.spec.Shared:
+		case w > 0:
+			slots := min(tokens, max(w-1+chunk, w))
+			out[i] = (slots + bs - 1) / bs
+		default:
+			out[i] = (tokens + bs - 1) / bs
+		}
+	}
+	return out
+}
+
 // LayerStats is one layer's block accounting.
 type LayerStats struct {
 	Capacity   int // blocks the layer may hold

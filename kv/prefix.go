@@ -170,10 +170,9 @@ func (p *Pool) AdoptPrefix(caches []Cache, tokens []int32, limit int) (int, erro
 			c.table = append(c.table, b)
 		}
 		c.chain = slices.Clone(chain)
-		c.offset = n
+		c.offset, c.written = n, true
 		if c.lp.spec.Window > 0 {
 			c.size, c.idx, c.positional = n, n, true
-			c.written = true
 		}
 	}
 	return n, nil

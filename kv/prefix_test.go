@@ -103,6 +103,11 @@ func (sp *seqPair) adopt(p *Pool, from []Cache, tokens []int32, limit int) int {
 		cl.Free()
 	}
 	sp.tokens = slices.Clone(tokens[:n])
+	for i := range sp.paged {
+		if sp.paged[i] != nil {
+			(&pair{t: sp.t, c: sp.twin[i], p: sp.paged[i], label: fmt.Sprintf("layer %d adopted", i)}).same()
+		}
+	}
 	return n
 }
 

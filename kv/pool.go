@@ -33,6 +33,7 @@ type PoolExhaustedError struct {
 	Capacity  int // the layer's capacity in blocks
 }
 
+// Error names the layer and the numbers.
 func (e *PoolExhaustedError) Error() string {
 	return fmt.Sprintf("%v: layer %d needs %d blocks, %d of %d available", ErrPoolExhausted, e.Layer, e.Need, e.Available, e.Capacity)
 }
@@ -50,7 +51,9 @@ type LayerSpec struct {
 	// semantics of RotatingKVCache(Window, Keep), token for token.
 	Window, Keep int
 	// Quant stores the layer affine-quantized (Bits 0: as written), with
-	// the codec of QuantizedKVCache.
+	// the codec of QuantizedKVCache. Another codec (TurboQuant) would be
+	// another field here, its parts made by codec.encode and read by
+	// pagedAttention; the block layout does not change.
 	Quant QuantSpec
 	// Blocks is the layer's capacity in blocks; 0 takes PoolConfig.Blocks.
 	Blocks int

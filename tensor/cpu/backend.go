@@ -6,6 +6,20 @@
 // in parallel over GOMAXPROCS goroutines; 16-bit floats are stored as such
 // and computed in float32. Large buffers live on transparent huge pages.
 //
+// Results are token-invariant: a row's (a token's) output of every kernel
+// does not depend on how many rows the call holds, how the call is
+// chunked, or GOMAXPROCS. A T-token forward gives each token the bits of
+// T one-token steps, and a row of a batch the bits of its solo run (for
+// attention, keys a query must not see are masked causally, with false or
+// with −∞; finite mask values are added as given). Each kernel fixes one
+// reduction order per output element (blocks of k at fixed boundaries,
+// fixed lane layouts, partial sums merged in order) and every path it
+// picks by size follows it; work is split over output rows and columns,
+// or over k only in pieces of a fixed size. invariance_test.go holds every
+// kernel to this bit for bit. Which kernels run depends on the machine's
+// instruction set (AVX-512, AVX512_BF16 or neither), so results are
+// invariant on a machine, not across kinds of machine.
+//
 // Importing the package registers the backend as "cpu", which
 // tensor.Default picks when nothing else is set.
 package cpu

@@ -52,6 +52,9 @@ type batchLine struct {
 // batchRow is one input's state while the batch runs.
 type batchRow struct {
 	in      batchLine
+	line    int // the request's 1-based number among the input lines, for errors
+	opts    *generate.Options
+	prompt  []int32
 	row     *generate.Row
 	ids     []int32
 	lps     []tokenLogprobs
@@ -122,33 +125,29 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 
 	rows := make([]*batchRow, len(lines))
 	byRow := map[*generate.Row]*batchRow{}
-	pending := make([]*generate.Options, len(lines))
-	prompts := make([][]int32, len(lines))
 	for i, ln := range lines {
-		r := &batchRow{in: ln, stopper: generate.NewStopMatcher(ln.Stop...)}
+		r := &batchRow{in: ln, line: i + 1, stopper: generate.NewStopMatcher(ln.Stop...)}
 		if tok != nil {
 			r.detok = tok.NewDetokenizer(true)
 		}
 		rows[i] = r
-		opts, ids, err := batchRequest(ln, tok, info.Vocab, info.EOS, eos, stderr)
-		if err != nil {
-			return fmt.Errorf("input line %d: %w", i+1, err)
+		if r.opts, r.prompt, err = batchRequest(ln, tok, info.Vocab, info.EOS, eos, stderr); err != nil {
+			return fmt.Errorf("input line %d: %w", r.line, err)
 		}
-		pending[i], prompts[i] = opts, ids
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	start := time.Now()
 	added := 0
 	for step := 0; ; step++ {
-		for i, r := range rows {
+		for _, r := range rows {
 			if r.row == nil && r.in.JoinAtStep <= step {
-				row, err := b.Add(ctx, prompts[i], pending[i])
+				row, err := b.Add(ctx, r.prompt, r.opts)
 				if errors.Is(err, sampler.ErrInvalidParams) {
-					return fmt.Errorf("%w: input line %d: %v", errUsage, i+1, err)
+					return fmt.Errorf("%w: input line %d: %v", errUsage, r.line, err)
 				}
 				if err != nil {
-					return fmt.Errorf("input line %d: %w", i+1, err)
+					return fmt.Errorf("input line %d: %w", r.line, err)
 				}
 				r.row, byRow[row] = row, r
 				added++
@@ -165,7 +164,7 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			r := byRow[ev.Row]
 			r.add(ev.Tokens)
 			if ev.Done && ev.Err != nil && !r.stopped && !errors.Is(ev.Err, context.Canceled) {
-				return fmt.Errorf("input line %d: %w", indexOf(rows, r)+1, ev.Err)
+				return fmt.Errorf("input line %d: %w", r.line, ev.Err)
 			}
 			if ev.Done {
 				r.flush()
@@ -205,15 +204,6 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		"rows": len(rows), "generated_tokens": bs.GeneratedTokens, "wall_s": wall,
 		"decode_tokens_per_sec": tps, "max_batch": bs.MaxRows, "steps": bs.Steps,
 	}})
-}
-
-func indexOf(rows []*batchRow, r *batchRow) int {
-	for i, x := range rows {
-		if x == r {
-			return i
-		}
-	}
-	return -1
 }
 
 // add takes a row's delivered tokens: ids, logprobs and text (through the

@@ -282,14 +282,12 @@ func (b *Batch) plan(events []Event) ([]segment, []Event) {
 			events = b.end(r, stop, nil, events)
 			continue
 		}
-		if len(in) > budget && len(segs) > 0 {
-			// The first step and its forced tokens go in one pass (as
-			// alone); wait for a pass with room.
-			r.phase, r.in = phaseDecode, in
-			continue
-		}
 		r.phase, r.in = phaseDecode, in
-		sampled(r, in)
+		// The first step and its forced tokens go in one pass (as alone):
+		// without room in this one, the row waits for the next.
+		if len(in) <= budget || len(segs) == 0 {
+			sampled(r, in)
+		}
 	}
 	return segs, events
 }
@@ -475,14 +473,7 @@ func (b *Batch) compact() {
 }
 
 // onBackend runs f inside the backend's Run when it is a StepRunner.
-func (b *Batch) onBackend(f func() error) (err error) {
-	defer tensor.Recover(&err)
-	if b.runner == nil {
-		return f()
-	}
-	b.runner.Run(func() { err = f() })
-	return err
-}
+func (b *Batch) onBackend(f func() error) error { return onRunner(b.runner, f) }
 
 // Close ends every row still running or waiting (StopCancelled) and
 // frees what they own.

@@ -275,12 +275,16 @@ func (s *Stream) prefillChunk(ids []int32) (err error) {
 // onBackend runs f inside the backend's Run when it is a StepRunner (so
 // that its tensor ops are not handed off one by one), else directly. A
 // tensor panic inside f comes back as the error.
-func (s *Stream) onBackend(f func() error) (err error) {
-	if s.runner == nil {
+func (s *Stream) onBackend(f func() error) error { return onRunner(s.runner, f) }
+
+// onRunner runs f inside runner.Run (nil: directly); a tensor panic
+// inside f comes back as the error.
+func onRunner(runner StepRunner, f func() error) (err error) {
+	defer tensor.Recover(&err)
+	if runner == nil {
 		return f()
 	}
-	defer tensor.Recover(&err)
-	s.runner.Run(func() { err = f() })
+	runner.Run(func() { err = f() })
 	return err
 }
 

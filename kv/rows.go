@@ -82,17 +82,16 @@ func (r *Rows) UpdateAndFetch(keys, values *tensor.Array) KV {
 		panic(&tensor.Error{Op: "kv.Rows.UpdateAndFetch", Err: fmt.Errorf("%w: keys %v, values %v for rows holding %d tokens", tensor.ErrShape, keys.Shape(), values.Shape(), t)})
 	}
 	out := &RowsKV{KV: make([]KV, len(r.Caches)), Lens: slices.Clone(r.Lens)}
+	if len(r.Caches) == 1 {
+		out.KV[0] = r.Caches[0].UpdateAndFetch(keys, values)
+		return KV{Rows: out}
+	}
+	sc := tensor.NewScope() // the row slices; each cache copies what it keeps
+	defer sc.Close()
 	start := 0
 	for i, c := range r.Caches {
 		n := r.Lens[i]
-		if len(r.Caches) == 1 {
-			out.KV[i] = c.UpdateAndFetch(keys, values)
-			break
-		}
-		sc := tensor.NewScope()
-		k, v := sliceT(keys, start, start+n), sliceT(values, start, start+n)
-		out.KV[i] = c.UpdateAndFetch(k, v)
-		sc.Close()
+		out.KV[i] = c.UpdateAndFetch(sliceT(keys, start, start+n), sliceT(values, start, start+n))
 		start += n
 	}
 	return KV{Rows: out}

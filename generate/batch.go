@@ -29,7 +29,47 @@ type BatchOptions struct {
 	TokenBudget int
 	// Backend is the backend every row runs on (default: tensor.Default).
 	Backend tensor.Backend
+	// Pool, when set, holds the KV of every row that brings no caches of
+	// its own (Options.Caches): its caches are the pool's, and a row is
+	// admitted only once the pool can hold it to the end — admission
+	// reserves, per layer, the blocks of its prompt plus MaxTokens
+	// (kv.Pool.BlocksNeeded), so a running row never runs out of blocks
+	// mid-generation. A request that could never fit (more blocks than a
+	// layer holds) is refused by Add with a *FitError; one that fits once
+	// others finish waits. KV quantization is then the pool's layer specs'
+	// (a row asking for KVBits or KVConfig is refused). The caller owns the
+	// pool and frees it after the batch.
+	Pool *kv.Pool
+	// NoPrefixReuse turns off automatic prefix caching over Pool: by
+	// default a row starts from the longest run of whole blocks of its
+	// prompt the pool has cached (kv.Pool.AdoptPrefix), and registers its
+	// blocks once its prompt is in and again when it ends, for later rows
+	// (the pool keeps unreferenced cached blocks until a write needs them:
+	// the prompt cache is a view over the pool, under its one capacity).
+	NoPrefixReuse bool
 }
+
+// ErrNeverFits is what a *FitError unwraps to.
+var ErrNeverFits = errors.New("generate: request can never fit the KV pool")
+
+// FitError refuses a request that needs more KV blocks, in some layer,
+// than the batch's pool holds in all: it can never be admitted.
+type FitError struct {
+	Tokens    int // prompt tokens plus the token cap reserved for
+	Layer     int // the first layer that cannot hold them
+	Need      int // blocks that layer needs
+	Capacity  int // blocks that layer holds in all
+	BlockSize int // token slots per block
+}
+
+// Error names the numbers.
+func (e *FitError) Error() string {
+	return fmt.Sprintf("%v: %d tokens need %d blocks of %d slots in layer %d, which holds %d",
+		ErrNeverFits, e.Tokens, e.Need, e.BlockSize, e.Layer, e.Capacity)
+}
+
+// Unwrap returns ErrNeverFits.
+func (e *FitError) Unwrap() error { return ErrNeverFits }
 
 // Batch generates many sequences at once over one model: each Step is
 // one forward pass holding every running row's next tokens and chunks of
@@ -55,6 +95,8 @@ type Batch struct {
 	nextID  int
 	stats   BatchStats
 	closed  bool
+	// over Pool: each layer's capacity and the blocks running rows reserve
+	capacity, reserved []int
 }
 
 // BatchStats describe a Batch so far.
@@ -69,6 +111,16 @@ type BatchStats struct {
 	GeneratedTokens int
 	// MaxRows is the most rows any step held.
 	MaxRows int
+	// Over a Pool: Blocks is its accounting now (blocks used, cached and
+	// free, per layer and in all); BlocksReserved the blocks admission
+	// holds for the running rows, over every layer; PeakBlocks the most
+	// blocks in use at once, over every layer (the sum of the layers'
+	// peaks); CachedTokens the prompt tokens rows took from the pool's
+	// prefix cache instead of computing them.
+	Blocks         kv.PoolStats
+	BlocksReserved int
+	PeakBlocks     int
+	CachedTokens   int
 }
 
 // Row is one sequence of a Batch.
@@ -84,6 +136,11 @@ type Row struct {
 	mem    MemoryInfo
 	phase  rowPhase
 	in     []int32 // the next pass's tokens (decode, or the first step)
+	prompt []int32
+	opts   Options // validated
+	need   []int   // blocks reserved per layer while running (over a Pool)
+	held   bool    // need is counted in the batch's reservation
+	reg    bool    // the prompt's blocks are registered for prefix reuse
 	cancel atomic.Bool
 	err    error
 	freed  bool
@@ -142,6 +199,23 @@ func NewBatch(m Model, o BatchOptions) (*Batch, error) {
 	}
 	b.runner, _ = b.be.(StepRunner)
 	b.mem, _ = b.be.(MemoryInfo)
+	if o.Pool != nil {
+		var layers int
+		if err := tensor.Try(func() {
+			cs := m.MakeCaches()
+			layers = len(cs)
+			freeCaches(cs)
+		}); err != nil {
+			return nil, err
+		}
+		if o.Pool.Layers() != layers {
+			return nil, fmt.Errorf("generate: a KV pool of %d layers for a model of %d", o.Pool.Layers(), layers)
+		}
+		for _, l := range o.Pool.Stats().Layers {
+			b.capacity = append(b.capacity, l.Capacity)
+		}
+		b.reserved = make([]int, len(b.capacity))
+	}
 	return b, nil
 }
 
@@ -159,12 +233,63 @@ func (b *Batch) Add(ctx context.Context, prompt []int32, opts *Options) (*Row, e
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	r := &Row{ID: b.nextID, ctx: ctx, plan: p.plan, quant: p.quant, mem: p.mem}
+	r := &Row{ID: b.nextID, ctx: ctx, plan: p.plan, quant: p.quant, mem: p.mem, prompt: slices.Clone(prompt), opts: p.o}
+	if b.o.Pool != nil && p.o.Caches == nil {
+		if err := b.reservation(r); err != nil {
+			p.smp.Free()
+			return nil, err
+		}
+	}
 	b.nextID++
 	r.q = newSeq(prompt, p.o, b.m.VocabSize(), p.smp, p.cached)
 	r.caches = p.o.Caches
 	b.waiting = append(b.waiting, r)
 	return r, nil
+}
+
+// reservation works out the blocks a row over the pool holds at most
+// (r.need), refusing one that can never fit.
+func (b *Batch) reservation(r *Row) error {
+	o := &r.opts
+	if r.quant {
+		return errors.New("generate: a row over a KV pool cannot ask for KV quantization (KVBits, KVConfig): the pool's layer specs decide how its blocks store KV")
+	}
+	if o.MaxTokens < 0 {
+		return errors.New("generate: a row over a KV pool needs a token cap (MaxTokens >= 0): admission reserves its blocks to the end")
+	}
+	tokens := len(r.prompt) + o.MaxTokens
+	// The largest write: a prefill chunk or a decode pass within the
+	// budget, or, with jump-forward, forced runs of any length.
+	chunk := max(min(b.o.TokenBudget, o.PrefillChunkSize), 1)
+	if o.Grammar != nil && o.JumpForward {
+		chunk = tokens
+	}
+	r.need = b.o.Pool.BlocksNeeded(tokens, chunk)
+	for l, n := range r.need {
+		if n > b.capacity[l] {
+			return &FitError{Tokens: tokens, Layer: l, Need: n, Capacity: b.capacity[l], BlockSize: b.o.Pool.BlockSize()}
+		}
+	}
+	return nil
+}
+
+// fits reports whether the pool has room for r beside the running rows'
+// reservations.
+func (b *Batch) fits(r *Row) bool {
+	for l, n := range r.need {
+		if b.reserved[l]+n > b.capacity[l] {
+			return false
+		}
+	}
+	return true
+}
+
+// hold adds (sign 1) or removes (−1) r's reservation.
+func (b *Batch) hold(r *Row, sign int) {
+	for l, n := range r.need {
+		b.reserved[l] += sign * n
+	}
+	r.held = sign > 0
 }
 
 // Idle reports whether no row is running or waiting.
@@ -174,6 +299,13 @@ func (b *Batch) Idle() bool { return len(b.running) == 0 && len(b.waiting) == 0 
 func (b *Batch) Stats() BatchStats {
 	st := b.stats
 	st.RowsRunning, st.RowsWaiting = len(b.running), len(b.waiting)
+	if b.o.Pool != nil {
+		st.Blocks = b.o.Pool.Stats()
+		st.PeakBlocks = st.Blocks.Peak
+		for _, n := range b.reserved {
+			st.BlocksReserved += n
+		}
+	}
 	return st
 }
 
@@ -196,6 +328,9 @@ func (b *Batch) Step() (events []Event, err error) {
 	events = b.reap(events)
 	for len(b.running) < b.o.MaxRows && len(b.waiting) > 0 {
 		r := b.waiting[0]
+		if r.need != nil && !b.fits(r) {
+			break // first come, first served: the head waits for blocks
+		}
 		b.waiting = b.waiting[1:]
 		events = b.admit(r, events)
 	}
@@ -226,6 +361,21 @@ func (b *Batch) reap(events []Event) []Event {
 // admit starts a row: its caches, then prefill (or the first step at
 // once, for a prompt of one token beyond what its caches hold).
 func (b *Batch) admit(r *Row, events []Event) []Event {
+	if r.caches == nil && r.need != nil {
+		b.hold(r, 1)
+		r.caches = b.o.Pool.NewCaches()
+		r.owned = true
+		if !b.o.NoPrefixReuse {
+			n, err := b.o.Pool.AdoptPrefix(r.caches, r.prompt, len(r.prompt)-1)
+			if err != nil {
+				return b.end(r, StopError, err, events)
+			}
+			if n > 0 {
+				r.q = newSeq(r.prompt, r.opts, b.m.VocabSize(), r.q.smp, n)
+				b.stats.CachedTokens += n
+			}
+		}
+	}
 	if r.caches == nil {
 		if err := tensor.Try(func() { r.caches = b.m.MakeCaches() }); err != nil {
 			return b.end(r, StopError, err, events)
@@ -382,6 +532,13 @@ func (b *Batch) pass(segs []segment) (events []Event, err error) {
 		q.noteRead(now)
 		q.fed(s.ids...)
 		q.snapshot(r.caches)
+		if !r.reg {
+			r.reg = true // the prompt is in: later rows may share its blocks
+			if err := b.register(r); err != nil {
+				events = b.end(r, StopError, err, events)
+				continue
+			}
+		}
 		toks, stop, err := q.accept(res)
 		if err != nil {
 			events = b.end(r, StopError, err, events)
@@ -445,8 +602,26 @@ func (b *Batch) end(r *Row, reason string, err error, events []Event) []Event {
 			r.q.stats.PeakMemory = p
 		}
 	}
+	if reason != StopError {
+		// what the row computed stays cached for later rows (a failed pass
+		// may have left its caches half written: not those)
+		_ = b.register(r)
+	}
+	if r.held {
+		b.hold(r, -1)
+	}
 	r.release()
 	return append(events, Event{Row: r, Done: true, Err: err})
+}
+
+// register adds the whole blocks of what r's pool caches hold to the
+// pool's prefix index (automatic prefix caching), when that is on.
+func (b *Batch) register(r *Row) error {
+	if r.need == nil || !r.owned || r.caches == nil || b.o.NoPrefixReuse {
+		return nil
+	}
+	_, err := b.o.Pool.RegisterPrefix(r.caches, r.q.cacheToks)
+	return err
 }
 
 // release frees the row's steps in flight, sampler and owned caches.

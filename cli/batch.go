@@ -16,7 +16,10 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/kv"
+	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/sampler"
+	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
@@ -70,8 +73,8 @@ type batchRow struct {
 // summary line.
 func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var dir, input, backend string
-	var maxBatch, budget int
-	var copyWeights bool
+	var maxBatch, budget, blockSize, kvBlocks int
+	var copyWeights, paged bool
 	fl := newFlags("batch", stderr)
 	fl.StringVar(&dir, "model", "", "model: a folder, a cached repo id, or demo / demo-q4 (default: the built-in demo model)")
 	fl.StringVar(&input, "input", "", "JSON-lines file of requests (- for stdin)")
@@ -79,6 +82,9 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fl.IntVar(&budget, "token-budget", generate.DefaultPrefillChunkSize, "tokens per forward pass (decode tokens first, then prefill chunks)")
 	fl.StringVar(&backend, "backend", "auto", "compute backend: cpu, mlx, or auto")
 	fl.BoolVar(&copyWeights, "copy-weights", false, "copy weights into memory instead of mapping the files")
+	fl.BoolVar(&paged, "paged-kv", true, "keep KV in a paged block pool (prefix blocks shared between rows); false: contiguous caches per row")
+	fl.IntVar(&blockSize, "block-size", kv.DefaultBlockSize, "token slots per KV block (--paged-kv)")
+	fl.IntVar(&kvBlocks, "kv-blocks", 0, "KV blocks per layer (--paged-kv; 0: room for --max-batch of the longest request)")
 	fl.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: mlxgo batch [--model MODEL] --input FILE.jsonl [--max-batch N]")
 		fmt.Fprintln(stderr, `Each line: {"id": ..., "prompt": "..." | "prompt_ids": [...], "max_tokens", "temp", "top_p", "top_k", "min_p", "seed", "repetition_penalty", "stop", "logprobs", "json_schema", "raw", "system", "join_at_step"}`)
@@ -92,6 +98,9 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	if maxBatch <= 0 || budget < maxBatch {
 		return fmt.Errorf("%w: --max-batch must be > 0 and --token-budget at least --max-batch", errUsage)
+	}
+	if blockSize <= 0 || kvBlocks < 0 {
+		return fmt.Errorf("%w: --block-size must be > 0 and --kv-blocks ≥ 0", errUsage)
 	}
 	lines, err := readBatchInput(input, stdin)
 	if err != nil {
@@ -117,14 +126,9 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	info := m.Info()
 	eos := toInt32s(eosIDs(info.EOS, tok))
 	gm := generate.Wrap(m, info.Vocab)
-	b, err := generate.NewBatch(gm, generate.BatchOptions{MaxRows: maxBatch, TokenBudget: budget, Backend: be})
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-
 	rows := make([]*batchRow, len(lines))
 	byRow := map[*generate.Row]*batchRow{}
+	longest := 0
 	for i, ln := range lines {
 		r := &batchRow{in: ln, line: i + 1, stopper: generate.NewStopMatcher(ln.Stop...)}
 		if tok != nil {
@@ -134,7 +138,23 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		if r.opts, r.prompt, err = batchRequest(ln, tok, info.Vocab, info.EOS, eos, stderr); err != nil {
 			return fmt.Errorf("input line %d: %w", r.line, err)
 		}
+		longest = max(longest, len(r.prompt)+max(r.opts.MaxTokens, 0))
 	}
+	bo := generate.BatchOptions{MaxRows: maxBatch, TokenBudget: budget, Backend: be}
+	if paged {
+		if kvBlocks == 0 {
+			kvBlocks = maxBatch * ((longest + blockSize - 1) / blockSize)
+		}
+		if bo.Pool, err = newKVPool(m, blockSize, kvBlocks); err != nil {
+			return err
+		}
+		defer bo.Pool.Free()
+	}
+	b, err := generate.NewBatch(gm, bo)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	start := time.Now()
@@ -200,10 +220,44 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if wall > 0 {
 		tps = float64(bs.GeneratedTokens) / wall
 	}
-	return enc.Encode(map[string]any{"summary": map[string]any{
+	sum := map[string]any{
 		"rows": len(rows), "generated_tokens": bs.GeneratedTokens, "wall_s": wall,
 		"decode_tokens_per_sec": tps, "max_batch": bs.MaxRows, "steps": bs.Steps,
-	}})
+		"peak_blocks": bs.PeakBlocks,
+	}
+	if paged {
+		sum["block_size"], sum["kv_blocks"], sum["cached_tokens"] = blockSize, bs.Blocks.Capacity, bs.CachedTokens
+		sum["kv_bytes_peak"] = peakBytes(bs.Blocks)
+	}
+	return enc.Encode(map[string]any{"summary": sum})
+}
+
+// newKVPool makes a paged pool laid out like m's own caches (each layer's
+// kind, window and KV quantization as MakeCaches decides them), blocks
+// blocks of blockSize slots per layer.
+func newKVPool(m model.Model, blockSize, blocks int) (*kv.Pool, error) {
+	var specs []kv.LayerSpec
+	var serr error
+	if err := tensor.Try(func() {
+		cs := m.MakeCaches()
+		defer model.FreeCaches(cs)
+		specs, serr = kv.LayerSpecs(cs)
+	}); err != nil {
+		return nil, err
+	}
+	if serr != nil {
+		return nil, serr
+	}
+	return kv.NewPool(kv.PoolConfig{BlockSize: blockSize, Blocks: blocks, Layers: specs})
+}
+
+// peakBytes is the KV memory the pool's peak blocks held, layer by layer.
+func peakBytes(s kv.PoolStats) int {
+	n := 0
+	for _, l := range s.Layers {
+		n += l.Peak * l.BlockBytes
+	}
+	return n
 }
 
 // add takes a row's delivered tokens: ids, logprobs and text (through the

@@ -31,7 +31,15 @@ func TestBatchVerbEqualsGenerate(t *testing.T) {
 	if err := os.WriteFile(in, []byte(strings.Join(lines, "\n")+"\n\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errs := run(t, "batch", "--input", in, "--max-batch", "3", "--token-budget", "16", "--backend", "cpu")
+	for _, mode := range []string{"--paged-kv=true", "--paged-kv=false"} {
+		t.Run(mode, func(t *testing.T) { batchVerbEqualsGenerate(t, in, lines, gen, mode) })
+	}
+}
+
+// batchVerbEqualsGenerate runs the batch verb (paged or not) on the input
+// lines and compares each output line with generate run on its flags.
+func batchVerbEqualsGenerate(t *testing.T, in string, lines []string, gen [][]string, mode string) {
+	code, out, errs := run(t, "batch", "--input", in, "--max-batch", "3", "--token-budget", "16", "--backend", "cpu", "--block-size", "4", mode)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -88,6 +96,10 @@ func TestBatchVerbEqualsGenerate(t *testing.T) {
 			Generated int     `json:"generated_tokens"`
 			Wall      float64 `json:"wall_s"`
 			MaxBatch  int     `json:"max_batch"`
+			Peak      int     `json:"peak_blocks"`
+			BlockSize int     `json:"block_size"`
+			Capacity  int     `json:"kv_blocks"`
+			PeakBytes int     `json:"kv_bytes_peak"`
 		} `json:"summary"`
 	}
 	if err := json.Unmarshal([]byte(outLines[len(lines)]), &sum); err != nil {
@@ -95,6 +107,16 @@ func TestBatchVerbEqualsGenerate(t *testing.T) {
 	}
 	if s := sum.Summary; s.Rows != 4 || s.MaxBatch < 2 || s.MaxBatch > 3 || s.Wall <= 0 || s.Generated == 0 {
 		t.Errorf("summary %+v", s)
+	}
+	s := sum.Summary
+	if mode == "--paged-kv=false" {
+		if s.Peak != 0 || s.Capacity != 0 {
+			t.Errorf("contiguous caches, yet a pool in the summary: %+v", s)
+		}
+		return
+	}
+	if s.BlockSize != 4 || s.Peak <= 0 || s.Peak > s.Capacity || s.PeakBytes <= 0 {
+		t.Errorf("paged summary %+v", s)
 	}
 }
 
@@ -118,5 +140,14 @@ func TestBatchVerbBadInput(t *testing.T) {
 	}
 	if code, _, _ := run(t, "batch", "--input", filepath.Join(dir, "missing.jsonl")); code == 0 {
 		t.Error("a missing input file succeeded")
+	}
+	// a request the pool can never hold: refused with the numbers
+	in := filepath.Join(dir, "long.jsonl")
+	if err := os.WriteFile(in, []byte(`{"prompt_ids":[1,2,3,4,5,6,7,8,9],"max_tokens":30}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := run(t, "batch", "--input", in, "--backend", "cpu", "--block-size", "8", "--kv-blocks", "4")
+	if code == 0 || !strings.Contains(errs, "39 tokens need 5 blocks of 8 slots") || !strings.Contains(errs, "holds 4") {
+		t.Errorf("a request beyond the pool: exit %d: %s", code, errs)
 	}
 }

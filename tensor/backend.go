@@ -266,4 +266,13 @@ type SDPAOptions struct {
 	// Sinks, when non-nil, is a [Hq] array of per-head logits joined to every
 	// row's softmax as an extra key with a zero value vector.
 	Sinks *Array
+	// KeyStart is the sequence position of key 0, when the keys are
+	// consecutive positions (a sliding window that no longer starts at
+	// position 0). It changes no value: a backend whose reductions run in
+	// fixed pieces (the CPU backend's key chunks and blocks) aligns those
+	// pieces to positions rather than to key indices, so that a query
+	// sums its keys in the same pieces whichever window of keys a call
+	// hands it (a prefill chunk's or a decode step's). 0 for keys that
+	// start at position 0 or are not consecutive.
+	KeyStart int
 }

@@ -15,7 +15,9 @@ import (
 // A row's result does not depend on the other rows of the call (how many
 // queries it holds, decode or prefill), nor on the worker count: keys are
 // cut into chunks of sdpaChunk at absolute positions (chunk c holds keys
-// [c·sdpaChunk, (c+1)·sdpaChunk)), each chunk's partial softmax (max, sum,
+// at positions [c·sdpaChunk, (c+1)·sdpaChunk), key j being at position
+// SDPAOptions.KeyStart+j, so a sliding window's keys are cut where a full
+// cache's would be), each chunk's partial softmax (max, sum,
 // unnormalised output) runs from scratch over its key blocks in order, and
 // the partials are folded in chunk order (sdpaFold) — whether the chunks
 // ran one after another in one work item or side by side as separate
@@ -108,6 +110,10 @@ type sdpaPlan struct {
 	maskDT                       tensor.DType
 	sinks                        []float32
 	qBlocks, chunks              int
+	// pad is the position of key 0 within its chunk (KeyStart mod
+	// sdpaChunk): chunk and block boundaries fall at key indices j with
+	// j+pad a multiple of their size
+	pad int
 	// split: chunks are separate work items, each leaving its partial in
 	// m, l, acc (per chunk, per row); otherwise each item folds its
 	// chunks in turn into one partial per row
@@ -200,7 +206,8 @@ func (be *Backend) sdpa(q *tensor.Array, k, v sdpaKV, hkv, tk, dv int, o tensor.
 	rows := p.rowsPerHead()
 	p.qBlocks = (rows + sdpaQRows - 1) / sdpaQRows
 	items := p.b * p.hkv * p.qBlocks
-	p.chunks = max(1, (p.tk+sdpaChunk-1)/sdpaChunk)
+	p.pad = max(o.KeyStart, 0) % sdpaChunk
+	p.chunks = max(1, (p.pad+p.tk+sdpaChunk-1)/sdpaChunk)
 	p.split = items < 2*workers() && p.chunks > 1
 	totalRows := p.b * p.hkv * rows
 	parts := 1
@@ -315,7 +322,7 @@ func (p *sdpaPlan) item(s *sdpaScratch, it, parts int) {
 		m[i], l[i] = sdpaNegInf, 0
 	}
 	for c := range p.chunks {
-		if p.causal && c*sdpaChunk > maxPos {
+		if p.causal && c*sdpaChunk-p.pad > maxPos {
 			break // every row's keys end before this chunk
 		}
 		cm, cl, cacc := s.cm[:nr], s.cl[:nr], s.cacc[:nr*p.dv]
@@ -324,6 +331,14 @@ func (p *sdpaPlan) item(s *sdpaScratch, it, parts int) {
 			sdpaFold(&m[i], &l[i], acc[i*p.dv:(i+1)*p.dv], cm[i], cl[i], cacc[i*p.dv:(i+1)*p.dv])
 		}
 	}
+}
+
+// blockLen is the number of keys of the block starting at key jb, before
+// j1: blocks end where the key's position within its chunk (j+pad) is a
+// multiple of sdpaKeys, so the first one may be short.
+func (p *sdpaPlan) blockLen(jb, j1 int) int {
+	end := ((jb+p.pad)/sdpaKeys+1)*sdpaKeys - p.pad
+	return min(end, j1) - jb
 }
 
 // sdpaFold merges a chunk's partial (max m, sum l, output a) into a row's
@@ -353,8 +368,8 @@ func (p *sdpaPlan) chunk(s *sdpaScratch, b, kvh, nr, c, maxPos int, m, l, acc []
 	for i := range nr {
 		m[i], l[i] = sdpaNegInf, 0
 	}
-	j0 := c * sdpaChunk
-	j1 := min(p.tk, j0+sdpaChunk)
+	j0 := max(0, c*sdpaChunk-p.pad)
+	j1 := min(p.tk, (c+1)*sdpaChunk-p.pad)
 	if p.causal {
 		j1 = min(j1, maxPos+1)
 	}
@@ -363,8 +378,8 @@ func (p *sdpaPlan) chunk(s *sdpaScratch, b, kvh, nr, c, maxPos int, m, l, acc []
 		return
 	}
 	clear(acc)
-	for jb := j0; jb < j1; jb += sdpaKeys {
-		nk := min(sdpaKeys, j1-jb)
+	for jb, nk := j0, 0; jb < j1; jb += nk {
+		nk = p.blockLen(jb, j1)
 		for j := range nk {
 			fusedLoad(s.k[j*p.d:(j+1)*p.d], p.k.data, p.k.row(b, kvh, jb+j), p.k.dt)
 			fusedLoad(s.v[j*p.dv:(j+1)*p.dv], p.v.data, p.v.row(b, kvh, jb+j), p.v.dt)
@@ -415,8 +430,8 @@ func (p *sdpaPlan) blockGemm(s *sdpaScratch, b, kvh, nr, j0, j1 int, m, l, acc [
 	}
 	at := s.at[:nrp*dvp]
 	clear(at)
-	for jb := j0; jb < j1; jb += sdpaKeys {
-		nk := min(sdpaKeys, j1-jb)
+	for jb, nk := j0, 0; jb < j1; jb += nk {
+		nk = p.blockLen(jb, j1)
 		nkp := (nk + 31) &^ 31
 		// keys as 32-column panels of Kᵀ, values as 32-column panels of V
 		clear(s.kp[:nkp*d])

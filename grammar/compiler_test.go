@@ -62,8 +62,7 @@ func TestSchemaErrors(t *testing.T) {
 		{`{"anyOf":[]}`, "#/anyOf", "anyOf"},
 		{`{"type":"object","required":["a"],"additionalProperties":false}`, "#/required", "required"},
 		{`{"enum":[1,2],"type":"string"}`, "#/enum", "enum"},
-		{`{"type":"object","properties":{"x":{"uniqueItems":true}}}`, "#/properties/x/uniqueItems", "uniqueItems"},
-		{`{"type":"integer","minimum":1e300}`, "#/minimum", "minimum"},
+		{`{"type":"integer","minimum":1e999}`, "#/minimum", "minimum"},
 	}
 	for _, c := range cases {
 		_, err := JSONSchemaGrammar([]byte(c.schema), JSONOptions{})

@@ -49,6 +49,9 @@ type schemaCompiler struct {
 // (optional ones may be skipped), additional properties after them. oneOf
 // is compiled as anyOf: exact when the branches are disjoint (different
 // types or constants), otherwise a text matching two branches is allowed.
+// uniqueItems is read but not enforced (no finite automaton can), so an
+// array may repeat an item; Pydantic's set[T] and zod's z.set emit it.
+// Numeric bounds may be any JSON number of up to 400 digits.
 func JSONSchemaGrammar(schema []byte, opt JSONOptions) (*Grammar, error) {
 	root, err := decodeOrdered(schema)
 	if err != nil {

@@ -30,9 +30,6 @@ func (c *schemaCompiler) compileMap(m map[string]any, path string, depth int) (*
 			return nil, serr(path+"/"+k, k, "keyword is not supported")
 		}
 	}
-	if u, ok := m["uniqueItems"].(bool); ok && u {
-		return nil, serr(path+"/uniqueItems", "uniqueItems", "uniqueItems: true is not supported")
-	}
 	if ref, ok := m["$ref"].(string); ok {
 		return c.refRule(ref, path, depth)
 	}

@@ -20,7 +20,7 @@ var annotationKeys = map[string]bool{
 
 var unsupportedKeys = []string{"not", "if", "then", "else", "dependentRequired", "dependentSchemas",
 	"dependencies", "contains", "minContains", "maxContains", "minProperties", "maxProperties",
-	"propertyNames", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"}
+	"unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"}
 
 func (c *schemaCompiler) resolve(ref, path string) (any, error) {
 	if !strings.HasPrefix(ref, "#") {

@@ -3,7 +3,6 @@ package grammar
 import (
 	"math/big"
 	"sort"
-	"strconv"
 	"strings"
 )
 
@@ -13,6 +12,10 @@ type bound struct {
 	excl bool
 }
 
+// number compiles type number or integer with its bounds. Bounds may be
+// any JSON number (zod's z.number().int() emits ±9007199254740991, and
+// JSON allows larger): the automaton works on decimal digit strings, so
+// its size grows with the bounds' digit counts, not their values.
 func (c *schemaCompiler) number(m map[string]any, path string, integer bool) (*expr, error) {
 	var lo, hi bound
 	rd := func(k string) (*big.Rat, bool, error) {
@@ -20,13 +23,18 @@ func (c *schemaCompiler) number(m map[string]any, path string, integer bool) (*e
 		if !ok {
 			return nil, false, nil
 		}
+		if b, isBool := v.(bool); isBool && (k == "exclusiveMinimum" || k == "exclusiveMaximum") {
+			// Draft 4 spelled exclusive bounds as booleans beside
+			// minimum and maximum; they are read there.
+			_ = b
+			return nil, false, nil
+		}
 		r, ok := toRat(v)
 		if !ok {
 			return nil, false, serr(path+"/"+k, k, "must be a number")
 		}
-		lim := new(big.Rat).SetInt64(1e15)
-		if new(big.Rat).Abs(r).Cmp(lim) > 0 {
-			return nil, false, serr(path+"/"+k, k, "bounds beyond ±1e15 are not supported")
+		if len(r.Num().String())+len(r.Denom().String()) > maxBoundDigits {
+			return nil, false, serr(path+"/"+k, k, "bounds of more than %d digits are not supported", maxBoundDigits)
 		}
 		return r, true, nil
 	}
@@ -35,8 +43,12 @@ func (c *schemaCompiler) number(m map[string]any, path string, integer bool) (*e
 		if err != nil {
 			return nil, err
 		}
-		if ok && (!lo.set || r.Cmp(lo.v) >= 0) {
-			lo = bound{true, r, k == "exclusiveMinimum"}
+		excl := k == "exclusiveMinimum"
+		if k == "minimum" && m["exclusiveMinimum"] == true {
+			excl = true
+		}
+		if ok && (!lo.set || r.Cmp(lo.v) > 0 || (r.Cmp(lo.v) == 0 && excl)) {
+			lo = bound{true, r, excl}
 		}
 	}
 	for _, k := range []string{"maximum", "exclusiveMaximum"} {
@@ -44,8 +56,12 @@ func (c *schemaCompiler) number(m map[string]any, path string, integer bool) (*e
 		if err != nil {
 			return nil, err
 		}
-		if ok && (!hi.set || r.Cmp(hi.v) <= 0) {
-			hi = bound{true, r, k == "exclusiveMaximum"}
+		excl := k == "exclusiveMaximum"
+		if k == "maximum" && m["exclusiveMaximum"] == true {
+			excl = true
+		}
+		if ok && (!hi.set || r.Cmp(hi.v) < 0 || (r.Cmp(hi.v) == 0 && excl)) {
+			hi = bound{true, r, excl}
 		}
 	}
 	var mult int64
@@ -85,55 +101,64 @@ func (c *schemaCompiler) number(m map[string]any, path string, integer bool) (*e
 	return e, nil
 }
 
+// maxBoundDigits bounds the digits of a numeric bound (numerator and
+// denominator together): the digit automata grow with it.
+const maxBoundDigits = 400
+
 // intBounded matches integers within the bounds (non-integer bounds are
 // rounded inward, which is exact for integers).
 func intBounded(lo, hi bound) *expr {
-	const inf = int64(1) << 62
-	l, h := -inf, inf
+	var l, h *big.Int // nil: unbounded
 	if lo.set {
-		f := ratCeil(lo.v)
+		l = ratCeil(lo.v)
 		if lo.excl && lo.v.IsInt() {
-			f++
+			l.Add(l, big1)
 		}
-		l = f
 	}
 	if hi.set {
-		f := ratFloor(hi.v)
+		h = ratFloor(hi.v)
 		if hi.excl && hi.v.IsInt() {
-			f--
+			h.Sub(h, big1)
 		}
-		h = f
 	}
-	if l > h {
+	if l != nil && h != nil && l.Cmp(h) > 0 {
 		return eNone
 	}
 	var alts []*expr
-	if h >= 0 {
-		a := l
-		if a < 0 {
-			a = 0
+	if h == nil || h.Sign() >= 0 {
+		a := new(big.Int)
+		if l != nil && l.Sign() > 0 {
+			a.Set(l)
 		}
-		alts = append(alts, digitsRange(uint64(a), uint64(h), h == inf))
+		alts = append(alts, digitsRange(a, h))
 	}
-	if l < 0 {
-		a := h
-		if a > -1 {
-			a = -1
+	if l == nil || l.Sign() < 0 {
+		// Magnitudes of the negative part: [max(1, -h), -l].
+		a := big.NewInt(1)
+		if h != nil && h.Sign() < 0 {
+			a.Neg(h)
 		}
-		alts = append(alts, eSeq(eLit("-"), digitsRange(uint64(-a), uint64(-l), l == -inf)))
+		var b *big.Int
+		if l != nil {
+			b = new(big.Int).Neg(l)
+		}
+		alts = append(alts, eSeq(eLit("-"), digitsRange(a, b)))
 	}
 	return eAlt(alts...)
 }
 
-func ratFloor(r *big.Rat) int64 {
-	q := new(big.Int).Div(r.Num(), r.Denom()) // Euclidean: floor for positive denominators
-	return q.Int64()
+var big1 = big.NewInt(1)
+
+func ratFloor(r *big.Rat) *big.Int {
+	q := new(big.Int)
+	q.Div(r.Num(), r.Denom()) // Euclidean: floor for positive denominators
+	return q
 }
 
-func ratCeil(r *big.Rat) int64 {
+func ratCeil(r *big.Rat) *big.Int {
 	f := ratFloor(r)
 	if !r.IsInt() {
-		f++
+		f.Add(f, big1)
 	}
 	return f
 }
@@ -144,10 +169,10 @@ func ratCeil(r *big.Rat) int64 {
 func numBounded(lo, hi bound) *expr {
 	// Round non-integer bounds inward to inclusive integer bounds.
 	if lo.set && !lo.v.IsInt() {
-		lo = bound{true, new(big.Rat).SetInt64(ratCeil(lo.v)), false}
+		lo = bound{true, new(big.Rat).SetInt(ratCeil(lo.v)), false}
 	}
 	if hi.set && !hi.v.IsInt() {
-		hi = bound{true, new(big.Rat).SetInt64(ratFloor(hi.v)), false}
+		hi = bound{true, new(big.Rat).SetInt(ratFloor(hi.v)), false}
 	}
 	in := func(x *big.Rat) bool {
 		if lo.set {
@@ -167,58 +192,59 @@ func numBounded(lo, hi bound) *expr {
 	half := big.NewRat(1, 2)
 	var alts []*expr
 	for _, neg := range []bool{false, true} {
-		crit := map[int64]bool{}
+		// Critical magnitudes: 0 and the bounds' (mirrored for the
+		// negative half); each is its own segment, the gaps between them
+		// are segments where membership is uniform.
+		var cs []*big.Int
+		add := func(v *big.Int) {
+			for _, x := range cs {
+				if x.Cmp(v) == 0 {
+					return
+				}
+			}
+			cs = append(cs, v)
+		}
 		if neg {
-			crit[0] = true // "-0" is excluded, so 0 is its own segment
+			add(new(big.Int)) // "-0" is excluded, so 0 is its own segment
 		}
 		for _, b := range []bound{lo, hi} {
 			if b.set {
-				v := b.v.Num().Int64()
+				v := new(big.Int).Set(b.v.Num())
 				if neg {
-					v = -v
+					v.Neg(v)
 				}
-				if v >= 0 {
-					crit[v] = true
+				if v.Sign() >= 0 {
+					add(v)
 				}
 			}
 		}
-		var cs []int64
-		for v := range crit {
-			cs = append(cs, v)
-		}
-		sort.Slice(cs, func(i, j int) bool { return cs[i] < cs[j] })
+		sort.Slice(cs, func(i, j int) bool { return cs[i].Cmp(cs[j]) < 0 })
 		type seg struct {
-			a, b int64
-			inf  bool
+			a, b *big.Int // b nil: no upper end
 		}
 		var segs []seg
-		start := int64(0)
+		start := new(big.Int)
 		for _, cp := range cs {
-			if cp > start {
-				segs = append(segs, seg{start, cp - 1, false})
+			if cp.Cmp(start) > 0 {
+				segs = append(segs, seg{start, new(big.Int).Sub(cp, big1)})
 			}
-			segs = append(segs, seg{cp, cp, false})
-			start = cp + 1
+			segs = append(segs, seg{cp, cp})
+			start = new(big.Int).Add(cp, big1)
 		}
-		segs = append(segs, seg{start, 0, true})
+		segs = append(segs, seg{start, nil})
 		for _, s := range segs {
-			x := new(big.Rat).SetInt64(s.a)
+			x := new(big.Rat).SetInt(s.a)
 			xf := new(big.Rat).Add(x, half)
 			if neg {
 				x.Neg(x)
 				xf.Neg(xf)
 			}
-			zeroOK := in(x) && !(neg && s.a == 0)
+			zeroOK := in(x) && !(neg && s.a.Sign() == 0)
 			fracOK := in(xf)
 			if !zeroOK && !fracOK {
 				continue
 			}
-			var ie *expr
-			if s.inf {
-				ie = digitsRange(uint64(s.a), 0, true)
-			} else {
-				ie = digitsRange(uint64(s.a), uint64(s.b), false)
-			}
+			ie := digitsRange(s.a, s.b)
 			var suf *expr
 			switch {
 			case zeroOK && fracOK:
@@ -238,44 +264,38 @@ func numBounded(lo, hi bound) *expr {
 	return eAlt(alts...)
 }
 
-// digitsRange matches the canonical decimal spelling of integers in
-// [a, b] (b ignored when inf: no upper end).
-func digitsRange(a, b uint64, inf bool) *expr {
-	as := strconv.FormatUint(a, 10)
+// digitsRange matches the canonical decimal spelling of the integers in
+// [a, b], a ≥ 0 (b nil: no upper end).
+func digitsRange(a, b *big.Int) *expr {
+	as := a.String()
 	var alts []*expr
+	ten := big.NewInt(10)
 	for n := len(as); ; n++ {
-		lo := uint64(0)
+		lo := new(big.Int)
 		if n > 1 {
-			lo = pow10(n - 1)
+			lo.Exp(ten, big.NewInt(int64(n-1)), nil)
 		}
-		if a > lo {
-			lo = a
+		if a.Cmp(lo) > 0 {
+			lo.Set(a)
 		}
-		hiN := pow10(n) - 1
-		if inf && n >= len(as) {
-			alts = append(alts, sameLen(strconv.FormatUint(lo, 10), strconv.FormatUint(hiN, 10)))
+		hiN := new(big.Int).Exp(ten, big.NewInt(int64(n)), nil)
+		hiN.Sub(hiN, big1)
+		if b == nil {
+			alts = append(alts, sameLen(lo.String(), hiN.String()))
 			alts = append(alts, eSeq(eRange('1', '9'), eRep(digits(), n, -1)))
 			break
 		}
-		if hiN > b {
-			hiN = b
+		if hiN.Cmp(b) > 0 {
+			hiN.Set(b)
 		}
-		if lo <= hiN {
-			alts = append(alts, sameLen(strconv.FormatUint(lo, 10), strconv.FormatUint(hiN, 10)))
+		if lo.Cmp(hiN) <= 0 {
+			alts = append(alts, sameLen(lo.String(), hiN.String()))
 		}
-		if hiN >= b || n >= 19 {
+		if hiN.Cmp(b) >= 0 {
 			break
 		}
 	}
 	return eAlt(alts...)
-}
-
-func pow10(n int) uint64 {
-	r := uint64(1)
-	for i := 0; i < n; i++ {
-		r *= 10
-	}
-	return r
 }
 
 func sameLen(lo, hi string) *expr {

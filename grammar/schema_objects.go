@@ -74,6 +74,19 @@ func (c *schemaCompiler) object(m map[string]any, path string, depth int) (*expr
 			}
 		}
 	}
+	var nameE *expr // propertyNames' key language (nil: any)
+	if pn, ok := m["propertyNames"]; ok {
+		var err error
+		if nameE, err = c.propertyNames(pn, path+"/propertyNames"); err != nil {
+			return nil, err
+		}
+		for i, pk := range patKeys {
+			if pk, err = regularOp(pk, nameE, true); err != nil {
+				return nil, serr(path+"/propertyNames", "propertyNames", "%v", err)
+			}
+			patKeys[i] = pk
+		}
+	}
 	ap, hasAP := m["additionalProperties"]
 	if !hasAP {
 		ap = !c.opt.StrictProperties
@@ -88,6 +101,11 @@ func (c *schemaCompiler) object(m map[string]any, path string, depth int) (*expr
 		ke := eStar(eAlt(eRunes(0x20, 0x21), eRunes(0x23, 0x5B), eRunes(0x5D, unicode.MaxRune)))
 		if ke, err = c.excludeNames(ke, names); err != nil {
 			return nil, serr(path+"/additionalProperties", "additionalProperties", "%v", err)
+		}
+		if nameE != nil {
+			if ke, err = regularOp(ke, nameE, true); err != nil {
+				return nil, serr(path+"/propertyNames", "propertyNames", "%v", err)
+			}
 		}
 		for _, pk := range patKeys {
 			if ke, err = regularOp(ke, pk, false); err != nil {
@@ -179,4 +197,79 @@ func (c *schemaCompiler) excludeNames(ke *expr, names []string) (*expr, error) {
 		alts = append(alts, eLit(s[1:len(s)-1]))
 	}
 	return regularOp(ke, eAlt(alts...), false)
+}
+
+// propertyNames compiles a propertyNames schema to the key texts (between
+// the quotes) it allows; nil allows any. Keys are strings, so only the
+// string keywords mean anything here (zod 4 writes {"type":"string"} for
+// every z.record); declared properties are not checked against it.
+func (c *schemaCompiler) propertyNames(pn any, path string) (*expr, error) {
+	switch v := pn.(type) {
+	case bool:
+		if v {
+			return nil, nil
+		}
+		return eNone, nil
+	case map[string]any:
+		for k, x := range v {
+			switch {
+			case k == keysKey || annotationKeys[k]:
+			case k == "type":
+				if t, _ := x.(string); t != "string" {
+					return nil, serr(path+"/type", "type", `propertyNames may only have type "string"`)
+				}
+			case k == "pattern" || k == "format" || k == "minLength" || k == "maxLength" || k == "enum" || k == "const":
+			default:
+				return nil, serr(path+"/"+k, k, "keyword is not supported in propertyNames")
+			}
+		}
+		var lits []any
+		if cv, ok := v["const"]; ok {
+			lits = []any{cv}
+		} else if ev, ok := v["enum"].([]any); ok {
+			lits = ev
+		}
+		if lits != nil {
+			var alts []*expr
+			for _, l := range lits {
+				if s, ok := l.(string); ok {
+					q := canon(s)
+					alts = append(alts, eLit(q[1:len(q)-1]))
+				}
+			}
+			return eAlt(alts...), nil
+		}
+		e, err := c.str(v, path)
+		if err != nil {
+			return nil, err
+		}
+		if e.op == opRef { // the plain string rule: any key
+			return nil, nil
+		}
+		// c.str wraps the content in quotes; take the content back out.
+		content, err := c.strContent(v, path)
+		if err != nil {
+			return nil, err
+		}
+		minL, hasMin, err := intArg(v, "minLength", path)
+		if err != nil {
+			return nil, err
+		}
+		maxL, hasMax, err := intArg(v, "maxLength", path)
+		if err != nil {
+			return nil, err
+		}
+		if hasMin || hasMax {
+			if !hasMax {
+				maxL = -1
+			}
+			lenE := eRep(jsonStrChar(), minL, maxL)
+			if content == nil {
+				return lenE, nil
+			}
+			return regularOp(content, lenE, true)
+		}
+		return content, nil
+	}
+	return nil, serr(path, "propertyNames", "must be an object or boolean")
 }

@@ -12,9 +12,15 @@ import (
 	"github.com/mlxgo/mlxgo/sampler"
 )
 
-// sdkDir installs the official OpenAI and Anthropic Node SDKs once into
-// <repo>/.cache/npm-sdk; "" (with a reason) when node or npm is missing
-// or the install fails.
+// npmPackages are the Node packages the client tests use: the official
+// OpenAI and Anthropic SDKs, LangChain's two chat models, the Vercel AI
+// SDK with its OpenAI-compatible provider, and zod with
+// zod-to-json-schema for the schema corpus.
+var npmPackages = []string{"openai", "@anthropic-ai/sdk", "zod", "zod-to-json-schema", "@langchain/core",
+	"@langchain/openai", "@langchain/anthropic", "ai", "@ai-sdk/openai-compatible"}
+
+// sdkDir installs npmPackages once into <repo>/.cache/npm-sdk; "" (with a
+// reason) when node or npm is missing or the install fails.
 func sdkDir(t *testing.T) (string, string) {
 	if _, err := exec.LookPath("node"); err != nil {
 		return "", "node not found"
@@ -22,7 +28,7 @@ func sdkDir(t *testing.T) (string, string) {
 	root, _ := filepath.Abs("..")
 	dir := filepath.Join(root, ".cache", "npm-sdk")
 	ready := func() bool {
-		for _, p := range []string{"openai", "@anthropic-ai/sdk"} {
+		for _, p := range npmPackages {
 			if _, err := os.Stat(filepath.Join(dir, "node_modules", p, "package.json")); err != nil {
 				return false
 			}
@@ -42,7 +48,7 @@ func sdkDir(t *testing.T) (string, string) {
 	if _, err := os.Stat(filepath.Join(dir, "package.json")); err != nil {
 		_ = os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"name":"mlxgo-sdk-test","private":true}`), 0o644)
 	}
-	cmd := exec.Command(npm, "install", "--no-audit", "--no-fund", "openai", "@anthropic-ai/sdk")
+	cmd := exec.Command(npm, append([]string{"install", "--no-audit", "--no-fund"}, npmPackages...)...)
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil || !ready() {
 		return "", "npm install failed: " + lastLine(string(out))

@@ -1,0 +1,19 @@
+module github.com/mlxgo/mlxgo/lora
+
+go 1.26.0
+
+require (
+	github.com/mlxgo/mlxgo/kv v0.0.0
+	github.com/mlxgo/mlxgo/model v0.0.0
+	github.com/mlxgo/mlxgo/tensor v0.0.0
+)
+
+replace github.com/mlxgo/mlxgo/kv => ../kv
+
+replace github.com/mlxgo/mlxgo/mlxffi => ../mlxffi
+
+replace github.com/mlxgo/mlxgo/model => ../model
+
+replace github.com/mlxgo/mlxgo/tensor => ../tensor
+
+replace github.com/mlxgo/mlxgo/tokenizer => ../tokenizer

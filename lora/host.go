@@ -1,0 +1,536 @@
+package lora
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/mlxgo/mlxgo/model"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// Host stands in for every projection and expert bank of a model as it
+// loads (it is a model.Wrapper: pass it as LoadOptions.Wrap) and holds
+// the adapters mounted on that model. Its stand-ins run the base layer
+// and add, for the adapters the forward pass in progress selects, each
+// one's residual x·A·B·scale in order; base weights are never rewritten,
+// so which adapters apply changes from one pass to the next for free.
+//
+// A pass's selection is set by Model (Forward, Logits) for the duration
+// of the pass; passes through one Host are serialised by it, as mounts
+// and unmounts are with passes.
+type Host struct {
+	// mu is held for a whole pass and by Mount/Unmount.
+	mu sync.Mutex
+	// sites are the stand-ins by model-relative module path.
+	sites map[string]*site
+	order []string
+	// mounted adapters by id, and their ids in mount order.
+	mounted map[string]*Mounted
+	ids     []string
+	// dtype is the type mounted pairs are cast to (the activations'); a
+	// pair of another float type is cast at Mount.
+	dtype tensor.DType
+	// cur is the resolved selection of the pass in progress (nil: none).
+	cur *plan
+}
+
+// NewHost returns a Host with nothing mounted.
+func NewHost() *Host {
+	return &Host{sites: map[string]*site{}, mounted: map[string]*Mounted{}}
+}
+
+// Mounted is an adapter mounted on a Host: its pairs cast to the model's
+// activation type, checked against the layers they adapt.
+type Mounted struct {
+	// ID names it in selections.
+	ID string
+	// Adapter is what was mounted (its arrays stay the caller's).
+	Adapter *Adapter
+	// deltas are the pairs as applied, by module path.
+	deltas map[string]*Delta
+	owned  []*tensor.Array
+}
+
+// Layers is the number of model layers the adapter adds a residual to.
+func (m *Mounted) Layers() int { return len(m.deltas) }
+
+// site is what Host knows of one layer it stands in for.
+type site struct {
+	key     string // model-relative path
+	path    string // full module path (model.Module.Path)
+	source  string // model.Module.Source
+	in, out int    // -1 when the layer's shape is not known
+	experts int    // 0 for a dense layer
+	proj    model.Projection
+	bank    model.ExpertBank
+	// lin and sw are the loaded layers when they are the package's types.
+	lin  *model.Linear
+	head *model.TiedHead
+	sw   *model.SwitchLinear
+}
+
+// Projection implements model.Wrapper: every dense layer gets a stand-in.
+func (h *Host) Projection(m model.Module, p model.Projection) model.Projection {
+	s := &site{key: Relative(m.Path), path: m.Path, source: m.Source, in: -1, out: -1, proj: p}
+	switch l := p.(type) {
+	case *model.Linear:
+		s.lin = l
+		s.out, s.in = l.Weight.Dim(0), l.Weight.Dim(1)
+		if l.Quantized() {
+			s.in = l.Weight.Dim(1) * 32 / l.Bits
+		}
+	case *model.TiedHead:
+		s.head = l
+		e := l.Embedding
+		s.out, s.in = e.Weight.Dim(0), e.Weight.Dim(1)
+		if e.Scales != nil {
+			s.in = e.Weight.Dim(1) * 32 / e.Bits
+		}
+	}
+	h.add(s)
+	return &dense{h: h, s: s}
+}
+
+// Experts implements model.Wrapper: every expert bank gets a stand-in.
+func (h *Host) Experts(m model.Module, b model.ExpertBank) model.ExpertBank {
+	s := &site{key: Relative(m.Path), path: m.Path, source: m.Source, in: -1, out: -1, experts: b.Len(), bank: b}
+	if sw, ok := b.(*model.SwitchLinear); ok {
+		s.sw = sw
+		s.in, s.out = sw.In, sw.Out
+	}
+	h.add(s)
+	return &bank{h: h, s: s}
+}
+
+// Embedding implements model.Wrapper (tables are not adapted).
+func (h *Host) Embedding(m model.Module, e *model.Embedding) *model.Embedding {
+	if !h.dtype.Valid() {
+		h.dtype = e.DType
+	}
+	return e
+}
+
+func (h *Host) add(s *site) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, dup := h.sites[s.key]; !dup {
+		h.order = append(h.order, s.key)
+	}
+	h.sites[s.key] = s
+}
+
+// SetDType sets the type mounted pairs are cast to (by default the
+// embedding table's, which is the activations' type).
+func (h *Host) SetDType(dt tensor.DType) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.dtype = dt
+}
+
+// Modules lists the model-relative paths of the layers the Host stands in
+// for, in load order.
+func (h *Host) Modules() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.order)
+}
+
+// Mount checks a against the model's layers and mounts it as id: every
+// module it names must be a layer the Host stands in for, with the same
+// input and output widths (and number of experts), or nothing is mounted
+// and the error names the module and the shapes. The adapter's arrays
+// stay the caller's (free them after Unmount); pairs of another float
+// type than the model's activations are cast to it, in arrays the Host
+// owns.
+func (h *Host) Mount(id string, a *Adapter) (*Mounted, error) {
+	if id == "" || id == "none" || containsPlus(id) {
+		return nil, fmt.Errorf("lora: %w: adapter id %q (want a non-empty name other than \"none\", without '+')", ErrAdapter, id)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, dup := h.mounted[id]; dup {
+		return nil, fmt.Errorf("lora: %w: an adapter is already mounted as %q", ErrAdapter, id)
+	}
+	for _, k := range slices.Sorted(maps.Keys(a.Deltas)) {
+		if err := h.fits(a, k, a.Deltas[k]); err != nil {
+			return nil, err
+		}
+	}
+	m := &Mounted{ID: id, Adapter: a, deltas: map[string]*Delta{}}
+	err := tensor.Try(func() {
+		for k, d := range a.Deltas {
+			c := *d
+			if h.dtype.Valid() && d.A.DType() != h.dtype {
+				c.A, c.B = tensor.AsType(d.A, h.dtype), tensor.AsType(d.B, h.dtype)
+				tensor.Detach(c.A, c.B)
+				m.owned = append(m.owned, c.A, c.B)
+			}
+			m.deltas[k] = &c
+		}
+	})
+	if err != nil {
+		tensor.Free(m.owned...)
+		return nil, err
+	}
+	h.mounted[id] = m
+	h.ids = append(h.ids, id)
+	return m, nil
+}
+
+func containsPlus(s string) bool {
+	for _, c := range s {
+		if c == '+' {
+			return true
+		}
+	}
+	return false
+}
+
+// fits checks one pair against the layer it adapts.
+func (h *Host) fits(a *Adapter, key string, d *Delta) error {
+	s := h.sites[key]
+	if s == nil {
+		return fmt.Errorf("lora: %w: %s: module %q (%q in the model) is not a projection or expert bank of the model", ErrAdapter, a.Dir, d.Name, key)
+	}
+	shape := func() string {
+		if d.Experts > 0 {
+			return fmt.Sprintf("A [%d, %d, %d] · B [%d, %d, %d]", d.Experts, d.In, d.Rank, d.Experts, d.Rank, d.Out)
+		}
+		return fmt.Sprintf("A [%d, %d] · B [%d, %d]", d.In, d.Rank, d.Rank, d.Out)
+	}
+	switch {
+	case s.in < 0:
+		return fmt.Errorf("lora: %w: %s: module %q: the model's layer %s is a %T, whose shape is unknown", model.ErrUnsupported, a.Dir, d.Name, s.path, s.proj)
+	case (d.Experts > 0) != (s.experts > 0):
+		what := "a dense layer"
+		if s.experts > 0 {
+			what = fmt.Sprintf("a bank of %d experts", s.experts)
+		}
+		return fmt.Errorf("lora: %w: %s: module %q: %s does not fit %s, which is %s", ErrAdapter, a.Dir, d.Name, shape(), s.path, what)
+	case d.In != s.in || d.Out != s.out || d.Experts != s.experts:
+		layer := fmt.Sprintf("[in %d → out %d]", s.in, s.out)
+		if s.experts > 0 {
+			layer = fmt.Sprintf("%d experts [in %d → out %d]", s.experts, s.in, s.out)
+		}
+		return fmt.Errorf("lora: %w: %s: module %q: %s does not fit %s, which is %s", ErrAdapter, a.Dir, d.Name, shape(), s.path, layer)
+	}
+	return nil
+}
+
+// Unmount removes the adapter mounted as id (false if none is) and frees
+// what Mount made for it; the Adapter itself stays the caller's.
+func (h *Host) Unmount(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m, ok := h.mounted[id]
+	if !ok {
+		return false
+	}
+	delete(h.mounted, id)
+	h.ids = slices.DeleteFunc(h.ids, func(s string) bool { return s == id })
+	tensor.Free(m.owned...)
+	return true
+}
+
+// Mounted returns the adapter mounted as id.
+func (h *Host) Mounted(id string) (*Mounted, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m, ok := h.mounted[id]
+	return m, ok
+}
+
+// IDs lists the mounted adapters' ids in mount order.
+func (h *Host) IDs() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.ids)
+}
+
+// Selection says which mounted adapters a forward pass applies.
+type Selection struct {
+	// Set is applied to every row: adapter ids whose residuals are added
+	// in this order. Empty: the base model.
+	Set []string
+	// Spans, when set, applies a set per run of rows instead of Set: the
+	// rows of a pass are its inputs' leading dimensions flattened (B·T
+	// token positions for Forward, the rows of the hidden states for
+	// Logits), taken by the spans in order; their Rows must add up to
+	// the pass's rows. Every layer runs the base matmul over all rows at
+	// once and adds each span's low-rank terms to that span's rows alone,
+	// so each row computes exactly what it would in a pass of its own.
+	Spans []Span
+}
+
+// Span is a run of consecutive rows and the adapter set applied to them.
+type Span struct {
+	Rows int
+	Set  []string
+}
+
+// plan is a resolved selection.
+type plan struct {
+	// sets are the resolved sets of the spans (one, covering every row,
+	// for a Selection without spans: rows -1).
+	sets []resolved
+}
+
+type resolved struct {
+	rows int
+	set  []*Mounted
+}
+
+// resolve turns a selection's ids into mounted adapters (h.mu held).
+func (h *Host) resolve(sel Selection) (*plan, error) {
+	one := func(ids []string) ([]*Mounted, error) {
+		var out []*Mounted
+		for _, id := range ids {
+			m, ok := h.mounted[id]
+			if !ok {
+				return nil, fmt.Errorf("lora: %w: no adapter is mounted as %q (mounted: %v)", ErrAdapter, id, h.ids)
+			}
+			out = append(out, m)
+		}
+		return out, nil
+	}
+	p := &plan{}
+	if sel.Spans == nil {
+		s, err := one(sel.Set)
+		if err != nil {
+			return nil, err
+		}
+		if len(s) == 0 {
+			return nil, nil
+		}
+		p.sets = []resolved{{rows: -1, set: s}}
+		return p, nil
+	}
+	any := false
+	for i, sp := range sel.Spans {
+		if sp.Rows < 0 {
+			return nil, fmt.Errorf("lora: %w: span %d has %d rows", ErrAdapter, i, sp.Rows)
+		}
+		s, err := one(sp.Set)
+		if err != nil {
+			return nil, err
+		}
+		any = any || len(s) > 0
+		p.sets = append(p.sets, resolved{rows: sp.Rows, set: s})
+	}
+	if !any {
+		return nil, nil
+	}
+	return p, nil
+}
+
+// run runs f as one pass with sel applied.
+func (h *Host) run(sel Selection, f func() error) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p, err := h.resolve(sel)
+	if err != nil {
+		return err
+	}
+	h.cur = p
+	defer func() { h.cur = nil }()
+	return f()
+}
+
+// deltas returns the pairs of set that adapt the site, in order.
+func (s *site) deltas(set []*Mounted) []*Delta {
+	var out []*Delta
+	for _, m := range set {
+		if d := m.deltas[s.key]; d != nil {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// residual adds x·A·B·scale of each pair to y (dense pairs; x [..., in]).
+func residual(x, y *tensor.Array, ds []*Delta) *tensor.Array {
+	for _, d := range ds {
+		r := tensor.Matmul(tensor.Matmul(x, d.A), d.B)
+		y = tensor.Add(y, tensor.MulScalar(r, d.Scale))
+	}
+	return y
+}
+
+// bySpan applies add to the runs of rows of x and y (leading dims
+// flattened) that the pass's spans select pairs for, leaving the other
+// rows of y as they are, and returns y in its shape. lead is the number
+// of leading dims that count as rows.
+func bySpan(p *plan, s *site, x, y *tensor.Array, lead int, add func(x, y *tensor.Array, ds []*Delta) *tensor.Array) *tensor.Array {
+	if len(p.sets) == 1 && p.sets[0].rows < 0 {
+		ds := s.deltas(p.sets[0].set)
+		if len(ds) == 0 {
+			return y
+		}
+		return add(x, y, ds)
+	}
+	per := make([][]*Delta, len(p.sets))
+	anyHere := false
+	for i, r := range p.sets {
+		per[i] = s.deltas(r.set)
+		anyHere = anyHere || len(per[i]) > 0
+	}
+	if !anyHere {
+		return y
+	}
+	xs, ys := x.Shape(), y.Shape()
+	n := 1
+	for _, d := range ys[:lead] {
+		n *= d
+	}
+	total := 0
+	for _, r := range p.sets {
+		total += r.rows
+	}
+	if total != n {
+		panic(&tensor.Error{Op: "lora", Err: fmt.Errorf("%w: the selection's spans cover %d rows, the pass at %s has %d", tensor.ErrShape, total, s.path, n)})
+	}
+	x2 := tensor.Reshape(x, append([]int{n}, xs[lead:]...)...)
+	y2 := tensor.Reshape(y, append([]int{n}, ys[lead:]...)...)
+	var parts []*tensor.Array
+	at := 0
+	for i, r := range p.sets {
+		if r.rows == 0 {
+			continue
+		}
+		yp := tensor.SliceAxis(y2, 0, at, at+r.rows)
+		if len(per[i]) > 0 {
+			yp = add(tensor.SliceAxis(x2, 0, at, at+r.rows), yp, per[i])
+		}
+		parts = append(parts, yp)
+		at += r.rows
+	}
+	return tensor.Reshape(tensor.Concatenate(parts, 0), ys...)
+}
+
+// dense stands in for a dense layer.
+type dense struct {
+	h *Host
+	s *site
+}
+
+// Forward implements model.Projection: the base layer, plus the selected
+// adapters' residuals.
+func (l *dense) Forward(x *tensor.Array) *tensor.Array {
+	p := l.h.cur
+	if p == nil {
+		return l.s.proj.Forward(x)
+	}
+	sc := tensor.NewScope()
+	defer sc.Close()
+	y := l.s.proj.Forward(x)
+	return sc.Keep(bySpan(p, l.s, x, y, x.NDim()-1, residual))
+}
+
+// Base is the layer the stand-in runs.
+func (l *dense) Base() model.Projection { return l.s.proj }
+
+// bank stands in for an expert bank.
+type bank struct {
+	h *Host
+	s *site
+}
+
+// Gather implements model.ExpertBank: x [..., 1, 1, in] (or [..., k, 1,
+// in]) through the experts inds [..., k] picks, plus the selected
+// adapters' per-expert residuals.
+func (b *bank) Gather(x, inds *tensor.Array) *tensor.Array {
+	p := b.h.cur
+	if p == nil {
+		return b.s.bank.Gather(x, inds)
+	}
+	sc := tensor.NewScope()
+	defer sc.Close()
+	y := b.s.bank.Gather(x, inds)
+	// rows: x, y and inds share their leading dims
+	lead := inds.NDim() - 1
+	if len(p.sets) == 1 && p.sets[0].rows < 0 {
+		ds := b.s.deltas(p.sets[0].set)
+		if len(ds) == 0 {
+			return y
+		}
+		return sc.Keep(gathered(x, y, inds, ds))
+	}
+	// spans: slice inds with the rows
+	n := 1
+	for _, d := range inds.Shape()[:lead] {
+		n *= d
+	}
+	flat := tensor.Reshape(inds, append([]int{n}, inds.Shape()[lead:]...)...)
+	at := 0
+	var rowsAt []int
+	for _, r := range p.sets {
+		rowsAt = append(rowsAt, at)
+		at += r.rows
+	}
+	i := 0
+	out := bySpan(p, b.s, x, y, lead, func(xs, ys *tensor.Array, ds []*Delta) *tensor.Array {
+		// bySpan calls this for spans in order, skipping empty and
+		// unadapted ones: find the span by its row count and position
+		for i < len(p.sets) && (p.sets[i].rows == 0 || len(b.s.deltas(p.sets[i].set)) == 0) {
+			i++
+		}
+		lo := rowsAt[i]
+		i++
+		return gathered(xs, ys, tensor.SliceAxis(flat, 0, lo, lo+xs.Dim(0)), ds)
+	})
+	return sc.Keep(out)
+}
+
+// gathered adds each pair's residual for the experts inds picks:
+// x [..., m, 1, in] (m 1 or k), y [..., k, 1, out], inds [..., k].
+func gathered(x, y, inds *tensor.Array, ds []*Delta) *tensor.Array {
+	for _, d := range ds {
+		a := tensor.Take(d.A, inds, 0) // [..., k, in, r]
+		bb := tensor.Take(d.B, inds, 0)
+		r := tensor.Matmul(tensor.Matmul(x, a), bb) // [..., k, 1, out]
+		y = tensor.Add(y, tensor.MulScalar(r, d.Scale))
+	}
+	return y
+}
+
+// Expert implements model.ExpertBank: expert e over its rows x [n, in],
+// plus the selected adapters' expert-e residuals. Rows reach it grouped
+// by expert, out of their pass order, so only a selection that applies
+// the same pairs to every row can be honoured here.
+func (b *bank) Expert(e int, x *tensor.Array) *tensor.Array {
+	p := b.h.cur
+	if p == nil {
+		return b.s.bank.Expert(e, x)
+	}
+	var ds []*Delta
+	for i, r := range p.sets {
+		d := b.s.deltas(r.set)
+		if i > 0 && !sameDeltas(d, ds) {
+			panic(&tensor.Error{Op: "lora", Err: fmt.Errorf("%w: rows with different adapter sets through the floating-point expert bank %s (it runs rows grouped by expert; quantized banks gather per row)", model.ErrUnsupported, b.s.path)})
+		}
+		ds = d
+	}
+	if len(ds) == 0 {
+		return b.s.bank.Expert(e, x)
+	}
+	sc := tensor.NewScope()
+	defer sc.Close()
+	y := b.s.bank.Expert(e, x)
+	for _, d := range ds {
+		a := tensor.Squeeze(tensor.SliceAxis(d.A, 0, e, e+1), 0)
+		bb := tensor.Squeeze(tensor.SliceAxis(d.B, 0, e, e+1), 0)
+		r := tensor.Matmul(tensor.Matmul(x, a), bb)
+		y = tensor.Add(y, tensor.MulScalar(r, d.Scale))
+	}
+	return sc.Keep(y)
+}
+
+func sameDeltas(a, b []*Delta) bool { return slices.Equal(a, b) }
+
+// Quantized implements model.ExpertBank.
+func (b *bank) Quantized() bool { return b.s.bank.Quantized() }
+
+// Len implements model.ExpertBank.
+func (b *bank) Len() int { return b.s.bank.Len() }

@@ -1,5 +1,12 @@
 // Package model loads model configurations and weights (Hugging Face and MLX-quantized) and implements the supported architectures.
 //
+// Llama 3, Qwen3, Qwen3-MoE and Gemma 4 have their own files; the
+// Llama-shaped families Mistral, Ministral, Qwen2, Phi-3, SmolLM3,
+// OLMo 2, Granite, Starcoder2, Gemma, Gemma 3 and GLM-4 run on one
+// descriptor-driven implementation (generic.go), which refuses a
+// checkpoint holding a tensor it does not read. A model_type no file
+// registers is refused at load, naming it and listing those that are.
+//
 // Memory follows one rule: a function that makes temporary arrays makes
 // them inside a tensor.Scope (scoped, or NewScope/Close) and keeps only
 // what it returns, so nothing is freed by hand on a forward path; arrays

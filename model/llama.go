@@ -44,8 +44,8 @@ type flavor struct {
 func init() {
 	Register(Arch{
 		Name:          "llama",
-		ModelTypes:    []string{"llama", "mistral", "smollm", "smollm3"},
-		Architectures: []string{"LlamaForCausalLM", "MistralForCausalLM"},
+		ModelTypes:    []string{"llama", "smollm"},
+		Architectures: []string{"LlamaForCausalLM"},
 		New:           func(c *Config, w *Weights) (Architecture, error) { return newLlama(c, w, flavor{}) },
 	})
 	Register(Arch{

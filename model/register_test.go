@@ -18,7 +18,7 @@ func TestRegisterDuplicatePanics(t *testing.T) {
 		want []string // substrings of the panic message
 	}{
 		{model.Arch{Name: "llama", ModelTypes: []string{"not_a_model_type"}}, []string{`"llama"`, "twice"}},
-		{model.Arch{Name: "llama_clone", ModelTypes: []string{"mistral"}}, []string{`"llama_clone"`, `"mistral"`, `"llama"`}},
+		{model.Arch{Name: "llama_clone", ModelTypes: []string{"smollm"}}, []string{`"llama_clone"`, `"smollm"`, `"llama"`}},
 		{model.Arch{Name: "qwen3_clone", Architectures: []string{"Qwen3ForCausalLM"}}, []string{`"qwen3_clone"`, `"Qwen3ForCausalLM"`, `"qwen3"`}},
 	}
 	for _, c := range cases {

@@ -99,7 +99,7 @@ func TaggedSchemaGrammar(alts []TaggedSchema, opt TaggedOptions) (*Grammar, erro
 			pre = eOpt(eSeq(eLit(opt.ReasoningOpen), block))
 		}
 	}
-	b.set(root, eSeq(pre, w, body, w))
+	b.set(root, eSeq(pre, body, w))
 	return finishGrammar(b, root)
 }
 

@@ -120,39 +120,59 @@ func anthropicMessages(system, raw json.RawMessage) ([]templateMessage, error) {
 	return out, nil
 }
 
-// anthropicTools converts Anthropic tool definitions to OpenAI's shape.
-func anthropicTools(raw, choice json.RawMessage) ([]json.RawMessage, error) {
-	if absent(raw) {
-		return nil, nil
-	}
-	var tools []anthropicTool
-	if err := json.Unmarshal(raw, &tools); err != nil {
-		return nil, badRequest("tools", "tools must be a list of {name, description, input_schema}")
-	}
+// anthropicTools converts Anthropic tool definitions to OpenAI's shape and
+// reads tool_choice: any and tool force a call, none drops the tools.
+func anthropicTools(raw, choice json.RawMessage) ([]json.RawMessage, []toolDef, toolChoiceMode, error) {
+	var mode toolChoiceMode
 	var tc anthropicToolChoice
 	if !absent(choice) {
 		if err := json.Unmarshal(choice, &tc); err != nil {
-			return nil, badRequest("tool_choice", "tool_choice must be {type: auto | any | tool | none}")
+			return nil, nil, mode, badRequest("tool_choice", "tool_choice must be {type: auto | any | tool | none}")
 		}
+		switch tc.Type {
+		case "auto", "none":
+		case "any":
+			mode.forced = true
+		case "tool":
+			if tc.Name == "" {
+				return nil, nil, mode, badRequest("tool_choice.name", "tool_choice of type tool needs a name")
+			}
+			mode.forced = true
+		default:
+			return nil, nil, mode, badRequest("tool_choice.type", "tool_choice.type must be auto, any, tool or none, got %q", tc.Type)
+		}
+		mode.single = tc.DisableParallelToolUse != nil && *tc.DisableParallelToolUse
+	}
+	if absent(raw) {
+		if mode.forced {
+			return nil, nil, mode, badRequest("tool_choice", "tool_choice %q needs tools", tc.Type)
+		}
+		return nil, nil, mode, nil
+	}
+	var tools []anthropicTool
+	if err := json.Unmarshal(raw, &tools); err != nil {
+		return nil, nil, mode, badRequest("tools", "tools must be a list of {name, description, input_schema}")
 	}
 	if tc.Type == "none" {
-		return nil, nil
+		return nil, nil, toolChoiceMode{}, nil
 	}
 	var out []json.RawMessage
+	var defs []toolDef
 	for i, t := range tools {
 		if t.Name == "" {
-			return nil, badRequest(fmt.Sprintf("tools[%d].name", i), "a tool needs a name")
+			return nil, nil, mode, badRequest(fmt.Sprintf("tools[%d].name", i), "a tool needs a name")
 		}
 		if tc.Type == "tool" && tc.Name != t.Name {
 			continue
 		}
 		b, _ := json.Marshal(functionTool{Type: "function", Function: functionDef{Name: t.Name, Description: t.Description, Parameters: t.InputSchema}})
 		out = append(out, b)
+		defs = append(defs, toolDef{name: t.Name, params: t.InputSchema})
 	}
 	if tc.Type == "tool" && len(out) == 0 {
-		return nil, badRequest("tool_choice", "tool_choice names %q, which is not among the tools", tc.Name)
+		return nil, nil, mode, badRequest("tool_choice", "tool_choice names %q, which is not among the tools", tc.Name)
 	}
-	return out, nil
+	return out, defs, mode, nil
 }
 
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
@@ -233,7 +253,7 @@ func (s *Server) messagesPlan(req *messagesRequest) (*plan, *outputParser, error
 	if err != nil {
 		return nil, nil, err
 	}
-	tools, err := anthropicTools(req.Tools, req.ToolChoice)
+	tools, defs, mode, err := anthropicTools(req.Tools, req.ToolChoice)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -256,7 +276,8 @@ func (s *Server) messagesPlan(req *messagesRequest) (*plan, *outputParser, error
 	if err := s.commonPlan(&f, pl, false, 0); err != nil {
 		return nil, nil, err
 	}
-	return pl, newOutputParser(s.format, len(tools) > 0, s.format.promptOpensThinking(text)), nil
+	parser, err := s.toolPlan(pl, defs, mode, text)
+	return pl, parser, err
 }
 
 func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, pl *plan, parser *outputParser, id string) {

@@ -142,9 +142,21 @@ func templateToolCalls(raw json.RawMessage, param string) ([]templateToolCall, e
 }
 
 // chatTools validates tools and applies tool_choice: "none" drops them, a
-// named function keeps only it.
-func chatTools(raw, choice json.RawMessage) ([]json.RawMessage, error) {
+// named function keeps only it and, like "required", forces a call.
+func chatTools(raw, choice json.RawMessage) ([]json.RawMessage, toolChoiceMode, error) {
+	var mode toolChoiceMode
+	tools, err := chatToolList(raw, choice, &mode)
+	return tools, mode, err
+}
+
+func chatToolList(raw, choice json.RawMessage, mode *toolChoiceMode) ([]json.RawMessage, error) {
 	if absent(raw) {
+		if !absent(choice) {
+			var tc toolChoice
+			if json.Unmarshal(choice, &tc) != nil || (tc.Mode != "none" && tc.Mode != "auto") {
+				return nil, badRequest("tool_choice", "tool_choice %s needs tools", choice)
+			}
+		}
 		return nil, nil
 	}
 	var tools []json.RawMessage
@@ -179,13 +191,17 @@ func chatTools(raw, choice json.RawMessage) ([]json.RawMessage, error) {
 	case tc.Function != "":
 		for i, n := range names {
 			if n == tc.Function {
+				mode.forced = true
 				return tools[i : i+1], nil
 			}
 		}
 		return nil, badRequest("tool_choice", "tool_choice names %q, which is not among the tools", tc.Function)
 	case tc.Mode == "none":
 		return nil, nil
-	case tc.Mode == "auto" || tc.Mode == "required":
+	case tc.Mode == "auto":
+		return tools, nil
+	case tc.Mode == "required":
+		mode.forced = true
 		return tools, nil
 	}
 	return nil, badRequest("tool_choice", choiceShape)
@@ -243,10 +259,11 @@ func (s *Server) chatPlan(req *chatRequest) (*plan, *outputParser, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	tools, err := chatTools(req.Tools, req.ToolChoice)
+	tools, mode, err := chatTools(req.Tools, req.ToolChoice)
 	if err != nil {
 		return nil, nil, err
 	}
+	mode.single = req.ParallelToolCalls != nil && !*req.ParallelToolCalls
 	var kwargs map[string]any
 	if !absent(req.ChatTemplateKwargs) {
 		if err := json.Unmarshal(req.ChatTemplateKwargs, &kwargs); err != nil {
@@ -271,7 +288,29 @@ func (s *Server) chatPlan(req *chatRequest) (*plan, *outputParser, error) {
 	if err := s.commonPlan(&req.samplingFields, pl, req.Logprobs != nil && *req.Logprobs, top); err != nil {
 		return nil, nil, err
 	}
-	return pl, newOutputParser(s.format, len(tools) > 0, s.format.promptOpensThinking(text)), nil
+	parser, err := s.toolPlan(pl, openaiToolDefs(tools), mode, text)
+	return pl, parser, err
+}
+
+// toolPlan sets the call grammar of a plan whose tool_choice forces a
+// call, and returns the reply's output parser.
+func (s *Server) toolPlan(pl *plan, defs []toolDef, mode toolChoiceMode, prompt string) (*outputParser, error) {
+	f := s.format
+	if mode.forced {
+		if pl.opts.Grammar != nil {
+			return nil, badRequest("tool_choice", "a forced tool_choice cannot be combined with response_format or structured_outputs")
+		}
+		g, tf, err := s.toolGrammar(defs, mode, prompt)
+		if err != nil {
+			return nil, err
+		}
+		pl.opts.Grammar, f = g, tf
+	}
+	p := newOutputParser(f, len(defs) > 0, f.promptOpensThinking(prompt))
+	if mode.single {
+		p.maxCalls = 1
+	}
+	return p, nil
 }
 
 // completionPrompt decodes a completionPrompt: one prompt, as text or as

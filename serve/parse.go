@@ -111,6 +111,17 @@ type outputParser struct {
 	afterThink bool            // trim the whitespace that follows a reasoning block
 	started    bool            // some content was emitted
 	llama      int             // llama3 syntax: 0 undecided, 1 buffering a call, 2 plain text
+	maxCalls   int             // calls kept (0: all); later ones are dropped
+	nCalls     int             // calls returned so far
+}
+
+// keep trims calls to what maxCalls still allows.
+func (p *outputParser) keep(calls []toolCall) []toolCall {
+	if p.maxCalls > 0 {
+		calls = calls[:max(0, min(len(calls), p.maxCalls-p.nCalls))]
+	}
+	p.nCalls += len(calls)
+	return calls
 }
 
 func newOutputParser(f outputFormat, tools, startInReasoning bool) *outputParser {
@@ -229,7 +240,7 @@ func (p *outputParser) Feed(text string) delta {
 			if err != nil { // not a call after all: keep the text
 				p.emitContent(&d, p.f.toolStart+p.body.String()+p.f.toolEnd)
 			} else {
-				d.calls = append(d.calls, calls...)
+				d.calls = append(d.calls, p.keep(calls)...)
 				p.afterThink = true
 			}
 		}
@@ -246,7 +257,7 @@ func (p *outputParser) Finish() delta {
 	case stNormal:
 		if p.llama == 1 {
 			if calls, err := parseToolCalls(toolsLlama3, rest); err == nil {
-				d.calls = calls
+				d.calls = p.keep(calls)
 				return d
 			}
 		}
@@ -256,7 +267,7 @@ func (p *outputParser) Finish() delta {
 	case stTool:
 		body := p.body.String() + rest
 		if calls, err := parseToolCalls(p.f.tools, body); err == nil {
-			d.calls = calls
+			d.calls = p.keep(calls)
 		} else {
 			p.emitContent(&d, p.f.toolStart+body)
 		}

@@ -149,6 +149,7 @@ type Server struct {
 	format  outputFormat
 	gramMu  sync.Mutex
 	gram    *grammarVocab
+	tools   toolCompilers
 }
 
 // New starts a server's engine goroutine. The caller keeps ownership of

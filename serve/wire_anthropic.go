@@ -89,8 +89,9 @@ type anthropicTool struct {
 // anthropicToolChoice is tool_choice: {type: auto | any | tool | none},
 // with the tool's name for type tool.
 type anthropicToolChoice struct {
-	Type string `json:"type"`
-	Name string `json:"name"`
+	Type                   string `json:"type"`
+	Name                   string `json:"name"`
+	DisableParallelToolUse *bool  `json:"disable_parallel_tool_use"`
 }
 
 // anthropicResponse is a message: the response body, and the message of a

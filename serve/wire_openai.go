@@ -66,6 +66,8 @@ type chatRequest struct {
 	Tools json.RawMessage `json:"tools"`
 	// ToolChoice is a toolChoice.
 	ToolChoice json.RawMessage `json:"tool_choice"`
+	// ParallelToolCalls false allows at most one call per reply.
+	ParallelToolCalls *bool `json:"parallel_tool_calls"`
 	// ChatTemplateKwargs is an object of chat-template variables.
 	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
 }

@@ -80,9 +80,6 @@ func TestBatchPagedInvariance(t *testing.T) {
 				bs := []int{1, 4, 16}[r.IntN(3)]
 				bo := generate.BatchOptions{MaxRows: 2 + r.IntN(5)}
 				bo.TokenBudget = bo.MaxRows + r.IntN(40)
-				if strings.HasPrefix(name, "gemma4") {
-					bo.TokenBudget = 4096 // see TestBatchInvariance
-				}
 				// room for about three of the longest rows at once
 				longest := 0
 				for _, q := range reqs {

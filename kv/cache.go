@@ -91,6 +91,10 @@ type KV struct {
 	Quant        *QuantKV      // quantized caches (Keys and Values are nil)
 	Rows         *RowsKV       // a batched pass through kv.Rows (the others are nil)
 	Paged        *PagedKV      // paged caches (the others are nil)
+	// Start is the sequence position of the first key when the keys are
+	// consecutive positions not starting at 0 (a sliding window's, in
+	// temporal order); Attention passes it on as SDPAOptions.KeyStart.
+	Start int
 }
 
 // QuantKV holds quantized keys and values in MLX's affine format, as
@@ -196,6 +200,7 @@ func attentionMask(be tensor.Backend, n, offset, window int, returnArray bool) M
 // blocks (pagedAttention). o carries the scale, the mask (see
 // Mask.Options) and optional sinks (plain caches only).
 func Attention(q *tensor.Array, kv KV, o tensor.SDPAOptions) *tensor.Array {
+	o.KeyStart = kv.Start
 	if kv.Rows != nil {
 		panic(&tensor.Error{Op: "kv.Attention", Err: fmt.Errorf("%w: a batched pass's KV needs its row masks: use kv.Attend", tensor.ErrArgument)})
 	}

@@ -5,8 +5,15 @@
 // The caches reproduce mlx-lm's (models/cache.py) step for step — growth
 // in 256-slot steps, the rotating cache's concatenate/in-place rules and
 // its masks, state and trimming — so that a prompt processed here and
-// there sees the same keys in the same places. They use the tensor API
-// only, so they run on every backend.
+// there holds the same keys in the same places, with one difference: once
+// a sliding-window ring has wrapped, a single-token UpdateAndFetch hands
+// the window over in temporal order (oldest first, a copy of the window)
+// rather than in ring order, with KV.Start naming the position of its
+// first key. Attention then sums a query's keys in the same order and
+// pieces in a decode step as in a prefill chunk, which is what makes a
+// sliding-window model's logits independent of how its prompt is chunked
+// on the CPU backend (mathematically the two orders are the same). They
+// use the tensor API only, so they run on every backend.
 //
 // A model layer uses a cache in three calls, whatever its kind:
 //

@@ -74,7 +74,15 @@ type PagedKV struct {
 	Table     []int32
 	Len       int
 	BlockSize int
+	// order, when set, is the slots in the order attention reads them (a
+	// wrapped sliding-window ring, oldest first): Gather and Attention
+	// copy them out in that order
+	order []span
 }
+
+// InOrder reports whether attention reads slots [0, Len) in slot order;
+// otherwise (a wrapped sliding-window ring) Gather gives the order.
+func (p *PagedKV) InOrder() bool { return p.order == nil }
 
 // Parts returns the layer's storage arrays, [NumBlocks, Hkv, BlockSize, w]:
 // keys and values for plain layers; packed keys, key scales, key biases,
@@ -88,14 +96,19 @@ func (p *PagedKV) Quantized() (groupSize, bits int, ok bool) {
 	return p.lp.c.groupSize, p.lp.c.bits, p.lp.c.quantized()
 }
 
-// Gather returns the parts' slots [0, Len) as contiguous [1, Hkv, Len, w]
-// arrays, owned by the caller: the keys and values (or their quantized
-// parts) a contiguous cache would have returned, bit for bit.
+// Gather returns the parts' Len slots (in attention's order, see
+// InOrder) as contiguous [1, Hkv, Len, w] arrays, owned by the caller: the
+// keys and values (or their quantized parts) a contiguous cache would
+// have returned, bit for bit.
 func (p *PagedKV) Gather() []*tensor.Array {
+	order := p.order
+	if order == nil {
+		order = []span{{0, p.Len}}
+	}
 	return tensor.WithScope(func() []*tensor.Array {
 		out := make([]*tensor.Array, len(p.lp.parts))
 		for i := range p.lp.parts {
-			out[i] = gatherSlots(p.lp, i, p.Table, []span{{0, p.Len}})
+			out[i] = gatherSlots(p.lp, i, p.Table, order)
 		}
 		return out
 	})
@@ -150,8 +163,15 @@ func gatherSlots(lp *layerPool, i int, table []int32, spans []span) *tensor.Arra
 // quantized kernel exists. A new codec (TurboQuant) adds its parts in
 // codec.encode and its attention here.
 func pagedAttention(q *tensor.Array, p *PagedKV, o tensor.SDPAOptions) *tensor.Array {
-	if !p.lp.c.quantized() {
+	if !p.lp.c.quantized() && p.order == nil {
 		return tensor.ScaledDotProductAttentionPaged(q, p.lp.parts[0], p.lp.parts[1], p.Table, p.Len, o)
+	}
+	if !p.lp.c.quantized() { // a wrapped ring: its slots in temporal order
+		res := tensor.WithScope(func() []*tensor.Array {
+			kv := p.Gather()
+			return []*tensor.Array{tensor.ScaledDotProductAttention(q, kv[0], kv[1], o)}
+		})
+		return res[0]
 	}
 	if o.Sinks != nil {
 		throwf("Attention", tensor.ErrArgument, "attention sinks with a quantized cache")
@@ -413,10 +433,7 @@ func (c *PagedCache) rotatingUpdate(enc []*tensor.Array) KV {
 		c.writeAt(enc, at, false)
 		c.offset++
 		c.idx = at + 1
-		if c.offset < maxSize {
-			return c.fetch(c.offset)
-		}
-		return c.fetch(c.size)
+		return c.windowFetch()
 	}
 	if c.size == 0 {
 		c.lp.reserve("UpdateAndFetch", c.blocksFor(0, n))
@@ -433,7 +450,29 @@ func (c *PagedCache) rotatingUpdate(enc []*tensor.Array) KV {
 	}
 	c.offset += n
 	c.idx = c.size
-	return c.fetch(c.size)
+	return c.windowFetch()
+}
+
+// windowFetch is what a sliding-window layer hands attention: the ring's
+// tokens in temporal order (a wrapped ring's slots reordered, as
+// RotatingKVCache hands them over) with the position of the first.
+func (c *PagedCache) windowFetch() KV {
+	n := c.size
+	if c.offset < c.lp.spec.Window {
+		n = c.offset
+	}
+	out := c.fetch(n)
+	var order []span
+	for _, s := range temporal(c.size, c.idx, c.offset, c.lp.spec.Keep) {
+		if s.hi > s.lo {
+			order = append(order, s)
+		}
+	}
+	if len(order) > 1 || (len(order) == 1 && order[0] != span{0, n}) {
+		out.Paged.order = order
+	}
+	out.Start = windowStart(c.offset, n, c.lp.spec.Keep)
+	return out
 }
 
 // ---- the rest of Cache ----
@@ -445,7 +484,7 @@ func (c *PagedCache) Offset() int { return c.offset }
 func (c *PagedCache) MakeMask(n, windowSize int, returnArray bool) Mask {
 	be := c.lp.backend()
 	if w := c.lp.spec.Window; w > 0 {
-		return rotatingMask(be, n, windowSize, returnArray, w, c.offset, c.idx)
+		return rotatingMask(be, n, windowSize, returnArray, w, c.offset)
 	}
 	return attentionMask(be, n, c.offset, windowSize, returnArray)
 }

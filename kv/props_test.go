@@ -339,16 +339,16 @@ func TestRotatingLayout(t *testing.T) {
 	pos := 0
 	type step struct {
 		n        int
-		fetched  []int // buffer order as fetched
+		fetched  []int // as fetched: temporal order, whatever the ring's slots
 		temporal []int
 		idx      int
 	}
 	steps := []step{
 		{6, []int{0, 1, 2, 3, 4, 5}, []int{0, 1, 2, 3, 4, 5}, 6}, // first concat keeps everything
-		{1, []int{6, 3, 4, 5}, []int{3, 4, 5, 6}, 1},             // trimmed to the window, wrapped to 0
-		{1, []int{6, 7, 4, 5}, []int{4, 5, 6, 7}, 2},             // in place
+		{1, []int{3, 4, 5, 6}, []int{3, 4, 5, 6}, 1},             // trimmed to the window, wrapped to 0 (fetched in temporal order)
+		{1, []int{4, 5, 6, 7}, []int{4, 5, 6, 7}, 2},             // in place
 		{2, []int{5, 6, 7, 8, 9}, []int{5, 6, 7, 8, 9}, 5},       // temporal order, newest 3 kept, appended
-		{1, []int{10, 7, 8, 9}, []int{7, 8, 9, 10}, 1},
+		{1, []int{7, 8, 9, 10}, []int{7, 8, 9, 10}, 1},
 	}
 	for i, s := range steps {
 		k, v := tok(pos, s.n)
@@ -357,6 +357,9 @@ func TestRotatingLayout(t *testing.T) {
 		pos += s.n
 		if got := ids(kv.Keys); !slices.Equal(got, s.fetched) {
 			t.Fatalf("step %d: fetched %v, want %v", i, got, s.fetched)
+		}
+		if kv.Start != s.fetched[0] {
+			t.Fatalf("step %d: KV.Start %d, first key at position %d", i, kv.Start, s.fetched[0])
 		}
 		tk, tv := c.Temporal()
 		if got := ids(tk); !slices.Equal(got, s.temporal) {

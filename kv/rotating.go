@@ -29,7 +29,8 @@ type rotating struct {
 
 // RotatingKVCache is a sliding-window cache holding (about) the last
 // maxSize tokens, for models with local attention layers; see mlx-lm's
-// RotatingKVCache, whose behaviour it reproduces step for step.
+// RotatingKVCache, whose buffer rules it reproduces step for step (what
+// UpdateAndFetch hands over is in temporal order: see the package doc).
 type RotatingKVCache struct{ rotating }
 
 // NewRotatingKVCache returns an empty sliding-window cache of maxSize
@@ -75,7 +76,19 @@ func (r *rotating) UpdateAndFetch(keys, values *tensor.Array) KV {
 		}
 		keep(r.views...)
 	})
-	return r.c.kv(r.views)
+	out := r.c.kv(r.views)
+	out.Start = windowStart(r.offset, r.views[0].Dim(2), r.keepN)
+	return out
+}
+
+// windowStart is the position of the first of n keys in temporal order
+// that end at position offset−1: offset−n when they are consecutive (no
+// keep prefix, or nothing dropped yet), else 0 (see KV.Start).
+func windowStart(offset, n, keepN int) int {
+	if keepN == 0 || offset == n {
+		return offset - n
+	}
+	return 0
 }
 
 // temporal returns v in temporal order, without unused slots.
@@ -172,13 +185,16 @@ func (r *rotating) updateInPlace(enc []*tensor.Array) {
 	}
 	r.offset++
 	r.idx++
-	if r.offset < r.maxSize {
-		r.views = make([]*tensor.Array, len(r.parts))
-		for i, p := range r.parts {
+	r.views = make([]*tensor.Array, len(r.parts))
+	for i, p := range r.parts {
+		if r.offset < r.maxSize {
 			r.views[i] = sliceT(p, 0, r.offset)
+		} else {
+			// temporal order (a copy once the ring has wrapped), so that
+			// attention sees the keys in the order a chunked write hands
+			// them over and sums them in the same pieces (KV.Start)
+			r.views[i] = r.temporal(p)
 		}
-	} else {
-		r.views = handles(r.parts)
 	}
 }
 
@@ -201,15 +217,15 @@ func (c *RotatingKVCache) Temporal() (keys, values *tensor.Array) {
 // at offset min(maxSize-1, offset), an array only when the window bites or
 // one is asked for. A single token needs no mask unless windowSize is
 // smaller than maxSize and the cache holds more than windowSize tokens:
-// then a 1-D mask picks the newest windowSize slots, rolled to match the
-// rotation of the buffer.
+// then a 1-D mask picks the newest windowSize keys (the last ones: unlike
+// mlx-lm's, UpdateAndFetch hands a wrapped ring over in temporal order).
 func (r *rotating) MakeMask(n, windowSize int, returnArray bool) Mask {
-	return rotatingMask(r.backend(), n, windowSize, returnArray, r.maxSize, r.offset, r.idx)
+	return rotatingMask(r.backend(), n, windowSize, returnArray, r.maxSize, r.offset)
 }
 
 // rotatingMask is RotatingKVCache.MakeMask for a ring of maxSize slots at
-// the given offset and write position (shared with paged sliding layers).
-func rotatingMask(be tensor.Backend, n, windowSize int, returnArray bool, maxSize, offset, idx int) Mask {
+// the given offset (shared with paged sliding layers).
+func rotatingMask(be tensor.Backend, n, windowSize int, returnArray bool, maxSize, offset int) Mask {
 	if n > 1 {
 		if windowSize <= 0 {
 			windowSize = maxSize
@@ -223,19 +239,13 @@ func rotatingMask(be tensor.Backend, n, windowSize int, returnArray bool, maxSiz
 	if windowSize <= 0 || offset < windowSize || maxSize <= windowSize {
 		return Mask{}
 	}
-	if idx >= maxSize {
-		idx = 0
-	}
 	size := maxSize
 	if offset < maxSize {
 		size = offset + 1
 	}
 	raw := make([]byte, size)
-	shift := idx + 1
-	for j := range size {
-		if j >= size-windowSize {
-			raw[(j+shift)%size] = 1
-		}
+	for j := size - windowSize; j < size; j++ {
+		raw[j] = 1 // the keys come in temporal order: the newest are last
 	}
 	return Mask{Kind: tensor.MaskArray, Array: tensor.FromBytesOn(be, raw, []int{size}, tensor.Bool, false)}
 }

@@ -347,6 +347,8 @@ func newCacheFor(e cacheEntry) (Cache, error) {
 		return NewRotatingKVCache(e.MaxSize, e.Keep), nil
 	case KindQuantizedRotating:
 		return NewQuantizedRotatingKVCache(e.MaxSize, e.Keep, e.GroupSize, e.Bits)
+	case KindRecurrent:
+		return NewRecurrentCache(), nil
 	}
 	return nil, fmt.Errorf("unknown cache kind %q", e.Kind)
 }

@@ -44,6 +44,7 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	var promptN, genN, trials, chunk int
 	var seed uint64
 	var asJSON bool
+	var adapters []string
 	fl := newFlags("bench", stderr)
 	fl.StringVar(&modelArg, "model", "", "model folder, cached repo name, or demo (default)")
 	fl.IntVarP(&promptN, "prompt-tokens", "p", 512, "length of the (random) prompt")
@@ -53,6 +54,7 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fl.Uint64Var(&seed, "seed", 0, "seed of the random prompt")
 	fl.StringVar(&backend, "backend", "auto", "compute backend: cpu, mlx, or auto")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object with the trials and averages")
+	fl.StringArrayVar(&adapters, "adapter-path", nil, adapterUsage)
 	fl.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: mlxgo bench [--model] MODEL [-p N] [-g N] [-n N] [flags]")
 		fl.PrintDefaults()
@@ -75,7 +77,7 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m, be, err := loadModel(dir, backend, false, stderr)
+	m, be, err := loadModelAdapters(dir, backend, false, adapters, stderr)
 	if err != nil {
 		return err
 	}

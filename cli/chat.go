@@ -37,7 +37,7 @@ type chatFlags struct {
 	seed                                uint64
 	cacheBytes                          int64
 	verbose                             bool
-	stops                               []string
+	stops, adapters                     []string
 }
 
 const chatHelp = `Commands: /reset forgets the conversation, /exit (or end of input) quits, /help shows this.`
@@ -64,6 +64,7 @@ func runChat(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fl.StringArrayVar(&f.stops, "stop", nil, "end the reply when this text is generated (repeatable)")
 	fl.Int64Var(&f.cacheBytes, "prompt-cache-bytes", 4<<30, "KV memory kept between turns")
 	fl.StringVar(&f.backend, "backend", "auto", "compute backend: cpu, mlx, or auto")
+	fl.StringArrayVar(&f.adapters, "adapter-path", nil, adapterUsage)
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print prompt/generation statistics after each reply (stderr)")
 	fl.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: mlxgo chat [--model] MODEL [flags]\n\n"+chatHelp)
@@ -106,7 +107,7 @@ func runChat(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("chat needs a chat template: %w", err)
 	}
-	m, be, err := loadModel(dir, f.backend, false, stderr)
+	m, be, err := loadModelAdapters(dir, f.backend, false, f.adapters, stderr)
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,7 @@ type genFlags struct {
 	seed                                              uint64
 	raw, ignoreEOS, copyWeights, asJSON               bool
 	stops                                             []string
+	adapters                                          []string
 	gram                                              grammarFlags
 }
 
@@ -69,6 +70,7 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fl.StringVar(&f.backend, "backend", "auto", "compute backend: cpu, mlx, or auto (mlx when MLX has a GPU device, else cpu)")
 	fl.BoolVar(&f.ignoreEOS, "ignore-eos", false, "keep going past end-of-sequence tokens")
 	fl.BoolVar(&f.copyWeights, "copy-weights", false, "copy weights into memory instead of mapping the files")
+	fl.StringArrayVar(&f.adapters, "adapter-path", nil, adapterUsage)
 	fl.BoolVar(&f.asJSON, "json", false, `print {"ids": [...], "text": "...", "stats": {...}} instead of streaming`)
 	addGrammarFlags(fl, &f.gram)
 	fl.Usage = func() {
@@ -134,7 +136,7 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m, be, err := loadModel(f.dir, f.backend, f.copyWeights, stderr)
+	m, be, err := loadModelAdapters(f.dir, f.backend, f.copyWeights, f.adapters, stderr)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ require (
 	github.com/mlxgo/mlxgo/generate v0.0.0
 	github.com/mlxgo/mlxgo/grammar v0.0.0
 	github.com/mlxgo/mlxgo/kv v0.0.0
+	github.com/mlxgo/mlxgo/lora v0.0.0
 	github.com/mlxgo/mlxgo/mlxffi v0.0.0
 	github.com/mlxgo/mlxgo/model v0.0.0
 	github.com/mlxgo/mlxgo/quant v0.0.0
@@ -29,6 +30,8 @@ replace github.com/mlxgo/mlxgo/generate => ../generate
 replace github.com/mlxgo/mlxgo/grammar => ../grammar
 
 replace github.com/mlxgo/mlxgo/kv => ../kv
+
+replace github.com/mlxgo/mlxgo/lora => ../lora
 
 replace github.com/mlxgo/mlxgo/mlxffi => ../mlxffi
 

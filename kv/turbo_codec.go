@@ -1,0 +1,392 @@
+package kv
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"strconv"
+	"strings"
+)
+
+// TurboGroup is the group size of TurboQuant's per-group scales, along
+// the head dim, for keys and values alike.
+const TurboGroup = 32
+
+// Supported TurboQuant widths and head dims.
+var (
+	TurboKeyBits   = []int{2, 4, 5, 8}
+	TurboValueBits = []int{2, 3, 4, 5, 8}
+	TurboHeadDims  = []int{64, 128, 256, 512}
+)
+
+// TurboSpec is a TurboQuant KV scheme: keys affine-quantized (unrotated)
+// with KeyBits, values rotated by fixed signs and a Walsh–Hadamard
+// transform and snapped to a ValueBits Lloyd–Max codebook, both in groups
+// of TurboGroup along the head dim. The byte layout of one token of one
+// KV head is tensor.TurboLayout's.
+type TurboSpec struct{ KeyBits, ValueBits int }
+
+// DefaultTurbo is the scheme "turbo" names alone: 8-bit keys, 3-bit values.
+var DefaultTurbo = TurboSpec{KeyBits: 8, ValueBits: 3}
+
+// ParseKVQuant parses a --kv-quant value: "turbo" (DefaultTurbo) or
+// "turbo:k<bits>v<bits>", e.g. "turbo:k4v3".
+func ParseKVQuant(s string) (TurboSpec, error) {
+	name, arg, has := strings.Cut(s, ":")
+	if name != "turbo" {
+		return TurboSpec{}, fmt.Errorf("kv: unknown KV quantization %q (want turbo or turbo:k<bits>v<bits>)", s)
+	}
+	if !has {
+		return DefaultTurbo, nil
+	}
+	k, v, ok := strings.Cut(strings.TrimPrefix(arg, "k"), "v")
+	kb, err1 := strconv.Atoi(k)
+	vb, err2 := strconv.Atoi(v)
+	if !strings.HasPrefix(arg, "k") || !ok || err1 != nil || err2 != nil {
+		return TurboSpec{}, fmt.Errorf("kv: bad TurboQuant scheme %q (want turbo:k<bits>v<bits>, e.g. turbo:k8v3)", s)
+	}
+	spec := TurboSpec{KeyBits: kb, ValueBits: vb}
+	return spec, spec.valid()
+}
+
+// String is the scheme's name as ParseKVQuant reads it.
+func (s TurboSpec) String() string { return fmt.Sprintf("turbo:k%dv%d", s.KeyBits, s.ValueBits) }
+
+func (s TurboSpec) valid() error {
+	okK, okV := false, false
+	for _, b := range TurboKeyBits {
+		okK = okK || b == s.KeyBits
+	}
+	for _, b := range TurboValueBits {
+		okV = okV || b == s.ValueBits
+	}
+	if !okK || !okV {
+		return fmt.Errorf("kv: TurboQuant with %d-bit keys and %d-bit values is not supported (key bits %v, value bits %v)",
+			s.KeyBits, s.ValueBits, TurboKeyBits, TurboValueBits)
+	}
+	return nil
+}
+
+// Check reports whether the scheme can store keys and values of these
+// head dims (each must be one of TurboHeadDims), with the numbers when not.
+func (s TurboSpec) Check(keyDim, valueDim int) error {
+	if err := s.valid(); err != nil {
+		return err
+	}
+	for _, d := range []int{keyDim, valueDim} {
+		ok := false
+		for _, h := range TurboHeadDims {
+			ok = ok || h == d
+		}
+		if !ok {
+			return fmt.Errorf("kv: %s cannot store head dim %d (keys %d, values %d): TurboQuant takes head dims %v",
+				s, d, keyDim, valueDim, TurboHeadDims)
+		}
+	}
+	return nil
+}
+
+// KeyBytes is the size of one token's key of one KV head.
+func (s TurboSpec) KeyBytes(d int) int { return d*s.KeyBits/8 + 4*(d/TurboGroup) }
+
+// ValueBytes is the size of one token's value of one KV head.
+func (s TurboSpec) ValueBytes(d int) int { return d*s.ValueBits/8 + 2*(d/TurboGroup) }
+
+// keyDim and valueDim invert KeyBytes and ValueBytes.
+func (s TurboSpec) keyDim(n int) int   { return 8 * n / (s.KeyBits + 1) }
+func (s TurboSpec) valueDim(n int) int { return 16 * n / (2*s.ValueBits + 1) }
+
+// ---- the codec of one vector ----
+
+// turboBook is a value codebook: its levels and the decision thresholds
+// between them (midpoints), in float64 as the reference computes them.
+type turboBook struct {
+	levels     []float64
+	levels32   []float32
+	thresholds []float64
+}
+
+var turboBooks = func() map[int]*turboBook {
+	out := make(map[int]*turboBook, len(turboLevels))
+	for b, c := range turboLevels {
+		bk := &turboBook{levels: c}
+		for i := range c {
+			bk.levels32 = append(bk.levels32, float32(c[i]))
+			if i+1 < len(c) {
+				bk.thresholds = append(bk.thresholds, (c[i]+c[i+1])/2)
+			}
+		}
+		out[b] = bk
+	}
+	return out
+}()
+
+// turboSigns are the fixed ±1 signs applied before the value transform:
+// bit 0 of successive splitmix64 outputs from seed 42 (1 means -1); the
+// first d serve head dim d.
+var turboSigns = func() []float64 {
+	out := make([]float64, 512)
+	s := uint64(42)
+	for i := range out {
+		s += 0x9E3779B97F4A7C15
+		z := s
+		z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
+		z = (z ^ z>>27) * 0x94D049BB133111EB
+		z ^= z >> 31
+		out[i] = 1
+		if z&1 == 1 {
+			out[i] = -1
+		}
+	}
+	return out
+}()
+
+// f16Bits rounds x to the nearest float16 (ties to even) after clamping
+// it to ±65504, from float64 directly (no double rounding).
+func f16Bits(x float64) uint16 {
+	if math.IsNaN(x) {
+		return 0x7e00
+	}
+	var sign uint16
+	if math.Signbit(x) {
+		sign, x = 0x8000, -x
+	}
+	x = min(x, 65504)
+	if x == 0 {
+		return sign
+	}
+	frac, exp := math.Frexp(x) // x = frac·2^exp, frac in [0.5, 1)
+	e := exp - 1
+	if e < -14 { // subnormal: multiples of 2^-24
+		return sign | uint16(math.RoundToEven(math.Ldexp(x, 24)))
+	}
+	r := math.RoundToEven(frac * 2048) // in [1024, 2048]
+	if r == 2048 {
+		r, e = 1024, e+1
+	}
+	return sign | uint16(e+15)<<10 | uint16(r-1024)
+}
+
+// f16Value is the value of float16 bits.
+func f16Value(h uint16) float64 {
+	sign := 1.0
+	if h&0x8000 != 0 {
+		sign = -1
+	}
+	e, m := int(h>>10&0x1f), float64(h&0x3ff)
+	switch e {
+	case 0:
+		return sign * math.Ldexp(m, -24)
+	case 31:
+		if m != 0 {
+			return math.NaN()
+		}
+		return sign * math.Inf(1)
+	}
+	return sign * math.Ldexp(1024+m, e-25)
+}
+
+// packCodes writes codes as a little-endian bitstream of b bits each.
+func packCodes(dst []byte, codes []int32, b int) {
+	clear(dst[:len(codes)*b/8])
+	mask := uint64(1)<<b - 1
+	for j, q := range codes {
+		pos := j * b
+		w := (uint64(q) & mask) << (pos & 7)
+		for i := pos >> 3; w != 0; i++ {
+			dst[i] |= byte(w)
+			w >>= 8
+		}
+	}
+}
+
+// unpackCode reads code j of a b-bit bitstream (unsigned).
+func unpackCode(src []byte, j, b int) uint32 {
+	pos := j * b
+	i := pos >> 3
+	var w uint32
+	for k := 0; k < 2 && i+k < len(src); k++ {
+		w |= uint32(src[i+k]) << (8 * k)
+	}
+	return w >> (pos & 7) & (1<<b - 1)
+}
+
+// fwht is the in-place Walsh–Hadamard butterfly (unnormalised), strides
+// 1, 2, 4, ...: the reference's order.
+func fwht(y []float64) {
+	d := len(y)
+	for h := 1; h < d; h *= 2 {
+		for i := 0; i < d; i += 2 * h {
+			for j := i; j < i+h; j++ {
+				a, b := y[j], y[j+h]
+				y[j], y[j+h] = a+b, a-b
+			}
+		}
+	}
+}
+
+// turboScratch holds one vector's temporaries.
+type turboScratch struct {
+	y     []float64
+	codes []int32
+}
+
+func (s *turboScratch) size(d int) {
+	if cap(s.y) < d {
+		s.y, s.codes = make([]float64, d), make([]int32, d)
+	}
+	s.y, s.codes = s.y[:d], s.codes[:d]
+}
+
+// encodeKey writes one key vector x (len d, a multiple of TurboGroup) as
+// KeyBytes(d) bytes into dst.
+func encodeKey(dst []byte, x []float32, b int, s *turboScratch) {
+	d := len(x)
+	s.size(d)
+	meta := dst[d*b/8:]
+	for g := 0; g < d; g += TurboGroup {
+		grp := x[g : g+TurboGroup]
+		mn, mx := float64(grp[0]), float64(grp[0])
+		for _, v := range grp {
+			mn, mx = min(mn, float64(v)), max(mx, float64(v))
+		}
+		var mb, sb uint16
+		var lo, hi float64
+		if b == 8 {
+			mb = f16Bits((mx + mn) / 2)
+			m := f16Value(mb)
+			sb = f16Bits(max(mx-m, m-mn) / 127)
+			lo, hi = -127, 127
+		} else {
+			mb = f16Bits(mn)
+			sb = f16Bits(max(mx-f16Value(mb), 0) / float64(int(1)<<b-1))
+			lo, hi = 0, float64(int(1)<<b-1)
+		}
+		m, sc := f16Value(mb), f16Value(sb)
+		for i, v := range grp {
+			q := 0.0
+			if sc != 0 {
+				q = min(hi, max(lo, math.RoundToEven((float64(v)-m)/sc)))
+			}
+			s.codes[g+i] = int32(q)
+		}
+		k := g / TurboGroup * 4
+		meta[k], meta[k+1], meta[k+2], meta[k+3] = byte(sb), byte(sb>>8), byte(mb), byte(mb>>8)
+	}
+	packCodes(dst, s.codes, b)
+}
+
+// decodeKey reads a key written by encodeKey into out (len d).
+func decodeKey(out []float32, src []byte, b int) {
+	d := len(out)
+	meta := src[d*b/8:]
+	for g := 0; g < d; g += TurboGroup {
+		k := g / TurboGroup * 4
+		sc := f16Value(uint16(meta[k]) | uint16(meta[k+1])<<8)
+		m := f16Value(uint16(meta[k+2]) | uint16(meta[k+3])<<8)
+		for j := g; j < g+TurboGroup; j++ {
+			var q float64
+			if b == 8 {
+				q = float64(int8(src[j]))
+			} else {
+				q = float64(unpackCode(src, j, b))
+			}
+			out[j] = float32(q*sc + m)
+		}
+	}
+}
+
+// encodeValue writes one value vector v (len d, a power of two ≥
+// TurboGroup) as ValueBytes(d) bytes into dst.
+func encodeValue(dst []byte, v []float32, b int, s *turboScratch) {
+	d := len(v)
+	s.size(d)
+	y := s.y
+	for i, a := range v {
+		y[i] = turboSigns[i] * float64(a)
+	}
+	fwht(y)
+	r := math.Sqrt(float64(d))
+	for i := range y {
+		y[i] /= r
+	}
+	bk := turboBooks[b]
+	meta := dst[d*b/8:]
+	for g := 0; g < d; g += TurboGroup {
+		ss := 0.0
+		for _, a := range y[g : g+TurboGroup] {
+			ss += a * a
+		}
+		sb := f16Bits(math.Sqrt(ss / TurboGroup))
+		sigma := f16Value(sb)
+		for i := g; i < g+TurboGroup; i++ {
+			u := 0.0
+			if sigma != 0 {
+				u = y[i] / sigma
+			}
+			s.codes[i] = int32(searchBelow(bk.thresholds, u))
+		}
+		k := g / TurboGroup * 2
+		meta[k], meta[k+1] = byte(sb), byte(sb>>8)
+	}
+	packCodes(dst, s.codes, b)
+}
+
+// searchBelow is the number of thresholds smaller than u (bisect_left).
+func searchBelow(t []float64, u float64) int {
+	lo, hi := 0, len(t)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if t[mid] < u {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// decodeValueRotated reads a value written by encodeValue into out (len
+// d) in the rotated domain: level·sigma, as float64 in y and float32 in out
+// (either may be nil).
+func decodeValueRotated(y []float64, out []float32, src []byte, d, b int) {
+	lv := turboBooks[b].levels
+	meta := src[d*b/8:]
+	for g := 0; g < d; g += TurboGroup {
+		k := g / TurboGroup * 2
+		sigma := f16Value(uint16(meta[k]) | uint16(meta[k+1])<<8)
+		for j := g; j < g+TurboGroup; j++ {
+			a := lv[unpackCode(src, j, b)] * sigma
+			if y != nil {
+				y[j] = a
+			}
+			if out != nil {
+				out[j] = float32(a)
+			}
+		}
+	}
+}
+
+// decodeValue reads a value written by encodeValue back into the original
+// domain (out has len d).
+func decodeValue(out []float32, src []byte, b int, s *turboScratch) {
+	d := len(out)
+	s.size(d)
+	decodeValueRotated(s.y, nil, src, d, b)
+	unrotate(s.y)
+	for i, a := range s.y {
+		out[i] = float32(a)
+	}
+}
+
+// unrotate inverts the value transform in place: signs·H(y)/√d.
+func unrotate(y []float64) {
+	fwht(y)
+	r := math.Sqrt(float64(len(y)))
+	for i := range y {
+		y[i] = turboSigns[i] * (y[i] / r)
+	}
+}
+
+// isPow2 reports whether d is a power of two.
+func isPow2(d int) bool { return d > 0 && bits.OnesCount(uint(d)) == 1 }

@@ -6,6 +6,8 @@
 // descriptor-driven implementation (generic.go), which refuses a
 // checkpoint holding a tensor it does not read. A model_type no file
 // registers is refused at load, naming it and listing those that are.
+// Qwen3.5 and Qwen3-Next (qwen35.go) mix gated DeltaNet linear attention,
+// whose layers keep a kv.RecurrentCache, with gated full attention.
 //
 // Memory follows one rule: a function that makes temporary arrays makes
 // them inside a tensor.Scope (scoped, or NewScope/Close) and keeps only

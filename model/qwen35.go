@@ -463,7 +463,12 @@ func (n *deltaNet) forward(x *tensor.Array, c *kv.RecurrentCache) *tensor.Array 
 	} else {
 		state = tensor.FullOn(x.Backend(), []int{bs, n.vHeads, n.kDim, n.vDim}, 0, tensor.Float32)
 	}
-	out, state := gatedDeltaRule(q, k, v, decay, betaT, state)
+	var out *tensor.Array
+	if t > 1 {
+		out, state = gatedDeltaChunked(q, k, v, tensor.Transpose(g, 0, 2, 1), betaT, state)
+	} else {
+		out, state = gatedDeltaRule(q, k, v, decay, betaT, state)
+	}
 	o := tensor.AsType(tensor.Transpose(out, 0, 2, 1, 3), x.DType()) // [B, T, H, Dv]
 	// gated RMSNorm: norm(o)·w·silu(z)
 	o = tensor.Mul(n.Norm.Forward(o), tensor.AsType(tensor.Silu(f32(z)), o.DType()))
@@ -506,3 +511,87 @@ func gatedDeltaRule(q, k, v, decay, beta, state *tensor.Array) (*tensor.Array, *
 
 // Logits implements Architecture.
 func (m *Qwen35) Logits(h *tensor.Array) *tensor.Array { return m.Head.Forward(h) }
+
+// deltaChunk is the chunk length of the chunked gated delta rule.
+const deltaChunk = 64
+
+// gatedDeltaChunked is gatedDeltaRule computed a chunk of tokens at a
+// time (prefill): within a chunk the delta rule's updates are one
+// unit-lower-triangular system, solved by forward substitution for every
+// chunk at once, and the state passes between chunks in one step each,
+// so a long prompt costs chunk-length sequential steps plus one per
+// chunk instead of one per token. Same arguments as gatedDeltaRule
+// except logDecay, the log of the per-step decay.
+func gatedDeltaChunked(q, k, v, logDecay, beta, state *tensor.Array) (*tensor.Array, *tensor.Array) {
+	sc := tensor.NewScope()
+	defer sc.Close()
+	bs, h, t, dk, dv := q.Dim(0), q.Dim(1), q.Dim(2), q.Dim(3), v.Dim(3)
+	c := min(deltaChunk, t)
+	tp := (t + c - 1) / c * c
+	if tp != t { // zero keys and values, decay 1: no effect on the state
+		pad := func(x *tensor.Array) *tensor.Array {
+			s := append([]int(nil), x.Shape()...)
+			s[2] = tp - t
+			return tensor.Concatenate([]*tensor.Array{x, tensor.FullOn(x.Backend(), s, 0, x.DType())}, 2)
+		}
+		q, k, v, logDecay, beta = pad(q), pad(k), pad(v), pad(logDecay), pad(beta)
+	}
+	nc := tp / c
+	chunks := func(x *tensor.Array) *tensor.Array { return tensor.Reshape(x, bs, h, nc, c, x.Dim(3)) }
+	bcol := tensor.ExpandDims(beta, -1)
+	vb, kb := chunks(tensor.Mul(v, bcol)), chunks(tensor.Mul(k, bcol))
+	q, k = chunks(q), chunks(k)
+	cum := tensor.Cumsum(tensor.Reshape(logDecay, bs, h, nc, c), -1, false, true) // [B, H, N, C]
+	lower := make([]bool, c*c)
+	strict := make([]bool, c*c)
+	for i := range c {
+		for j := range c {
+			lower[i*c+j] = j <= i
+			strict[i*c+j] = j < i
+		}
+	}
+	be := q.Backend()
+	lowerM := tensor.FromBytesOn(be, boolBytes(lower), []int{c, c}, tensor.Bool, false)
+	strictM := tensor.FromBytesOn(be, boolBytes(strict), []int{c, c}, tensor.Bool, false)
+	pair := tensor.Sub(tensor.ExpandDims(cum, -1), tensor.ExpandDims(cum, -2)) // cum_i − cum_j
+	pairExp := tensor.WhereScalar(lowerM, tensor.Exp(tensor.WhereScalar(lowerM, pair, 0)), 0)
+	kT := tensor.SwapAxes(k, 3, 4)
+	ut := tensor.WhereScalar(strictM, tensor.Mul(tensor.Matmul(kb, kT), pairExp), 0)
+	intra := tensor.Mul(tensor.Matmul(q, kT), pairExp)
+	ecum := tensor.ExpandDims(tensor.Exp(cum), -1)
+	rhs := tensor.Concatenate([]*tensor.Array{vb, tensor.Mul(kb, ecum)}, 4) // [B, H, N, C, Dv+Dk]
+	// (I + L)·X = rhs, row by row
+	rows := make([]*tensor.Array, c)
+	rows[0] = tensor.SliceAxis(rhs, 3, 0, 1)
+	for i := 1; i < c; i++ {
+		prev := tensor.Concatenate(rows[:i], 3)                          // [.., i, W]
+		li := tensor.SliceAxis(tensor.SliceAxis(ut, 3, i, i+1), 4, 0, i) // [.., 1, i]
+		rows[i] = tensor.Sub(tensor.SliceAxis(rhs, 3, i, i+1), tensor.Matmul(li, prev))
+	}
+	x := tensor.Concatenate(rows, 3)
+	newV, kCum := tensor.SliceAxis(x, 4, 0, dv), tensor.SliceAxis(x, 4, dv, dv+dk)
+	qd := tensor.Mul(q, ecum)
+	last := tensor.SliceAxis(cum, 3, c-1, c)
+	kd := tensor.Mul(k, tensor.ExpandDims(tensor.Exp(tensor.Sub(last, cum)), -1))
+	chunkDecay := tensor.ExpandDims(tensor.Exp(last), -1) // [B, H, N, 1, 1]
+	outs := make([]*tensor.Array, nc)
+	at := func(a *tensor.Array, n int) *tensor.Array { return tensor.Squeeze(tensor.SliceAxis(a, 2, n, n+1), 2) }
+	for n := range nc {
+		vn := tensor.Sub(at(newV, n), tensor.Matmul(at(kCum, n), state))
+		outs[n] = tensor.Add(tensor.Matmul(at(qd, n), state), tensor.Matmul(at(intra, n), vn))
+		state = tensor.Add(tensor.Mul(state, at(chunkDecay, n)), tensor.Matmul(tensor.SwapAxes(at(kd, n), 2, 3), vn))
+	}
+	out := tensor.SliceAxis(tensor.Concatenate(outs, 2), 2, 0, t)
+	sc.Keep(out, state)
+	return out, state
+}
+
+func boolBytes(v []bool) []byte {
+	out := make([]byte, len(v))
+	for i, b := range v {
+		if b {
+			out[i] = 1
+		}
+	}
+	return out
+}

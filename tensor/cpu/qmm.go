@@ -213,6 +213,8 @@ func qmmRun(dst, xb []byte, dt tensor.DType, rows int, w qmat, transpose bool) {
 			raw = u16s(xb)[:rows*inner]
 		}
 		qmvT(out, x, raw, rows, w)
+	case transpose && qmvaUsable(w) && (w.bits == 8 || !hasAVX512):
+		qmvA(out, x, rows, w)
 	case transpose:
 		qmmT(out, x, rows, w)
 	case qmmNUsable(w):

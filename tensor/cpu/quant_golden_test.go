@@ -61,8 +61,9 @@ func unhex(t *testing.T, s string) []byte {
 }
 
 // forEachKernel runs f with the assembly kernels on and, where they exist,
-// off (and with AVX-512 but not AVX512_BF16, the older quantized kernels),
-// so every path is held to the same reference.
+// off (and with AVX-512 but not AVX512_BF16, the older quantized kernels;
+// on an AVX-512 machine also with its AVX2 kernels alone), so every path
+// is held to the same reference.
 func forEachKernel(t *testing.T, f func(t *testing.T)) {
 	t.Run("simd", f)
 	if hasBF16 {
@@ -72,10 +73,18 @@ func forEachKernel(t *testing.T, f func(t *testing.T)) {
 			f(t)
 		})
 	}
-	if hasAVX512 {
-		t.Run("portable", func(t *testing.T) {
+	if hasAVX512 && hasAVX2 {
+		t.Run("avx2", func(t *testing.T) {
 			hasAVX512 = false
 			defer func() { hasAVX512 = true }()
+			f(t)
+		})
+	}
+	if hasAVX512 || hasAVX2 {
+		t.Run("portable", func(t *testing.T) {
+			a512, a2 := hasAVX512, hasAVX2
+			hasAVX512, hasAVX2 = false, false
+			defer func() { hasAVX512, hasAVX2 = a512, a2 }()
 			f(t)
 		})
 	}

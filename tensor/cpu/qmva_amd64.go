@@ -1,0 +1,41 @@
+package cpu
+
+// hasAVX2 reports AVX2 and FMA (with the OS saving the YMM state): the
+// quantized matmul's AVX2 kernels (qmva_amd64.s) may run. Tests switch
+// it off to exercise the portable code.
+var hasAVX2 = detectAVX2()
+
+func detectAVX2() bool {
+	maxID, _, _, _ := cpuid(0, 0)
+	if maxID < 7 {
+		return false
+	}
+	_, _, ecx1, _ := cpuid(1, 0)
+	const osxsave, avx, fma = 1 << 27, 1 << 28, 1 << 12
+	if ecx1&(osxsave|avx|fma) != osxsave|avx|fma {
+		return false
+	}
+	if xcr0, _ := xgetbv(); xcr0&6 != 6 { // SSE and AVX state
+		return false
+	}
+	_, ebx7, _, _ := cpuid(7, 0)
+	const avx2 = 1 << 5
+	return ebx7&avx2 != 0
+}
+
+// qmvA4 and qmvA8 are the AVX2 quantized matmul kernels (qmva_amd64.s):
+// for nrows consecutive weight rows from w (ldw bytes apart; this chunk's
+// ngc groups of cpg 32-code blocks; float32 scales at s, lds bytes per
+// row; biases at b, ldb bytes per row, zero-padded to nbv vectors of 8)
+// they run one K chunk of Σ_k x_k·(s·q_k + b) for each of nx x rows (1..8;
+// x row r's chunk at x + r·ldx bytes in prepQMVA's layout, its padded
+// group sums at gx + r·ldg bytes). flags bit 0 marks the first chunk (the
+// accumulators start from the bias terms, else from acc), bit 1 the last
+// (row r's result goes to out + r·ldo bytes, else the accumulators to
+// acc, 8·nx floats per weight row). They prefetch pfd bytes ahead.
+//
+//go:noescape
+func qmvA4(w *byte, ldw int, x *float32, ldx, ngc, cpg int, s *float32, lds int, b *float32, ldb, nbv int, gx *float32, ldg int, acc, out *float32, ldo, nrows, pfd, flags, nx int)
+
+//go:noescape
+func qmvA8(w *byte, ldw int, x *float32, ldx, ngc, cpg int, s *float32, lds int, b *float32, ldb, nbv int, gx *float32, ldg int, acc, out *float32, ldo, nrows, pfd, flags, nx int)

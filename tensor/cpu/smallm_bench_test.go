@@ -1,0 +1,54 @@
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// BenchmarkQMatmulSmallM is a 4- and 8-bit (group 64) Linear layer x·Wᵀ
+// at batched-decode row counts (1, 2, 4, 8, 16 bfloat16 x rows), weights
+// from DRAM (distinct copies, at least 128 MiB in all, cycled through as a
+// decode step walks a model's layers). GB/s counts the packed weight plus
+// scales and biases read once per product, whatever the row count, so it
+// stays flat while a product costs one read of the weights; rowGB/s
+// multiplies it by the rows (the weight bytes the rows would read one at
+// a time).
+func BenchmarkQMatmulSmallM(b *testing.B) {
+	for _, bits := range []int{4, 8} {
+		for _, s := range [][2]int{{8192, 2048}, {2048, 8192}} {
+			n, k := s[0], s[1]
+			r := rand.New(rand.NewPCG(5, 5))
+			w := tensor.FromFloat32(randF32(r, n*k), []int{n, k}, tensor.BFloat16)
+			wq, sc, bi := tensor.Quantize(w, 64, bits)
+			w.Free()
+			bytes := float64(n*k*bits/8 + 2*2*n*k/64)
+			layers := make([][3]*tensor.Array, (qmvStreamBytes+int(bytes)-1)/int(bytes))
+			for i := range layers {
+				for j, a := range []*tensor.Array{wq, sc, bi} {
+					layers[i][j] = tensor.FromBytes(a.Bytes(), a.Shape(), a.DType())
+				}
+			}
+			for _, m := range []int{1, 2, 4, 8, 16} {
+				b.Run(fmt.Sprintf("b%d_N%d_K%d_rows%d", bits, n, k, m), func(b *testing.B) {
+					x := tensor.FromFloat32(randF32(r, m*k), []int{m, k}, tensor.BFloat16)
+					defer x.Free()
+					for b.Loop() {
+						for _, l := range layers {
+							tensor.QuantizedMatmul(x, l[0], l[1], l[2], true, 64, bits).Free()
+						}
+					}
+					gbs := bytes * float64(b.N*len(layers)) / b.Elapsed().Seconds() / 1e9
+					b.ReportMetric(gbs, "GB/s")
+					b.ReportMetric(gbs*float64(m), "rowGB/s")
+				})
+			}
+			for _, l := range layers {
+				tensor.Free(l[:]...)
+			}
+			tensor.Free(wq, sc, bi)
+		}
+	}
+}

@@ -76,7 +76,8 @@ type State struct {
 	MaxSize   int // rotating caches: the window
 	Keep      int // rotating caches: leading tokens never evicted
 	GroupSize int // quantized caches
-	Bits      int // quantized caches
+	Bits      int // quantized caches (TurboQuant: the key bits)
+	ValueBits int // TurboQuant caches: the value bits
 }
 
 // Free frees the state's arrays.
@@ -91,6 +92,7 @@ type KV struct {
 	Quant        *QuantKV      // quantized caches (Keys and Values are nil)
 	Rows         *RowsKV       // a batched pass through kv.Rows (the others are nil)
 	Paged        *PagedKV      // paged caches (the others are nil)
+	Turbo        *TurboKV      // TurboQuant caches (the others are nil)
 	// Start is the sequence position of the first key when the keys are
 	// consecutive positions not starting at 0 (a sliding window's, in
 	// temporal order); Attention passes it on as SDPAOptions.KeyStart.
@@ -117,6 +119,9 @@ func (kv KV) Len() int {
 	if kv.Quant != nil {
 		return kv.Quant.Keys.W.Dim(2)
 	}
+	if kv.Turbo != nil {
+		return kv.Turbo.Keys.Dim(2)
+	}
 	if kv.Keys == nil {
 		return 0
 	}
@@ -127,6 +132,9 @@ func (kv KV) arrays() []*tensor.Array {
 	if kv.Quant != nil {
 		q := kv.Quant
 		return []*tensor.Array{q.Keys.W, q.Keys.Scales, q.Keys.Biases, q.Values.W, q.Values.Scales, q.Values.Biases}
+	}
+	if kv.Turbo != nil {
+		return []*tensor.Array{kv.Turbo.Keys, kv.Turbo.Values}
 	}
 	return []*tensor.Array{kv.Keys, kv.Values}
 }
@@ -206,6 +214,9 @@ func Attention(q *tensor.Array, kv KV, o tensor.SDPAOptions) *tensor.Array {
 	}
 	if kv.Paged != nil {
 		return pagedAttention(q, kv.Paged, o)
+	}
+	if kv.Turbo != nil {
+		return turboAttention(q, kv.Turbo, o)
 	}
 	if kv.Quant != nil {
 		if o.Sinks != nil {

@@ -99,6 +99,7 @@ type cacheEntry struct {
 	Keep      int          `json:"keep,omitempty"`
 	GroupSize int          `json:"group_size,omitempty"`
 	Bits      int          `json:"bits,omitempty"`
+	ValueBits int          `json:"value_bits,omitempty"`
 	Arrays    []arrayEntry `json:"arrays"`
 }
 
@@ -182,7 +183,7 @@ func Save(path string, caches []Cache, tokens []int32, meta Meta) (err error) {
 			st := c.State()
 			defer st.Free()
 			e = cacheEntry{Kind: st.Kind, Offset: st.Offset, Idx: st.Idx, MaxSize: st.MaxSize, Keep: st.Keep,
-				GroupSize: st.GroupSize, Bits: st.Bits}
+				GroupSize: st.GroupSize, Bits: st.Bits, ValueBits: st.ValueBits}
 			for _, a := range st.Arrays {
 				ae, werr := cw.blob(a.Bytes())
 				if werr != nil {
@@ -296,7 +297,7 @@ func Load(path string, want Expect) (*Saved, error) {
 			if cerr != nil {
 				panic(fmt.Errorf("%w: layer %d: %w", ErrCorrupt, li, cerr))
 			}
-			st := State{Kind: e.Kind, Offset: e.Offset, Idx: e.Idx, MaxSize: e.MaxSize, Keep: e.Keep, GroupSize: e.GroupSize, Bits: e.Bits}
+			st := State{Kind: e.Kind, Offset: e.Offset, Idx: e.Idx, MaxSize: e.MaxSize, Keep: e.Keep, GroupSize: e.GroupSize, Bits: e.Bits, ValueBits: e.ValueBits}
 			for _, a := range e.Arrays {
 				dt, _ := tensor.ParseDType(a.DType)
 				st.Arrays = append(st.Arrays, tensor.FromBytesOn(be, data[a.Offset:a.Offset+a.NBytes], a.Shape, dt, true))
@@ -309,7 +310,7 @@ func Load(path string, want Expect) (*Saved, error) {
 			if len(e.Arrays) > 0 {
 				setPin(c, m.acquire())
 			}
-			if e.Kind == KindKV || e.Kind == KindQuantized {
+			if e.Kind == KindKV || e.Kind == KindQuantized || e.Kind == KindTurbo {
 				// the state's arrays are the live prefix; the offset is theirs
 				if c.Offset() != e.Offset {
 					c.Free()
@@ -347,6 +348,10 @@ func newCacheFor(e cacheEntry) (Cache, error) {
 		return NewRotatingKVCache(e.MaxSize, e.Keep), nil
 	case KindQuantizedRotating:
 		return NewQuantizedRotatingKVCache(e.MaxSize, e.Keep, e.GroupSize, e.Bits)
+	case KindTurbo:
+		return NewTurboQuantKVCache(TurboSpec{KeyBits: e.Bits, ValueBits: e.ValueBits})
+	case KindTurboRotating:
+		return NewTurboQuantRotatingKVCache(e.MaxSize, e.Keep, TurboSpec{KeyBits: e.Bits, ValueBits: e.ValueBits})
 	case KindRecurrent:
 		return NewRecurrentCache(), nil
 	}

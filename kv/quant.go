@@ -81,6 +81,23 @@ type QuantPlan struct {
 	// Start is the offset from which a plain cache is converted
 	// (mlx-lm's quantized_kv_start): short contexts stay exact.
 	Start int
+	// Turbo, when set, converts every plain cache (full-attention and
+	// sliding-window layers alike) to TurboQuant instead; Default and
+	// PerLayer are then ignored.
+	Turbo *TurboSpec
+}
+
+// Quantizes reports whether the plan converts any layer.
+func (p QuantPlan) Quantizes() bool {
+	if p.Turbo != nil || p.Default.Bits != 0 {
+		return true
+	}
+	for _, s := range p.PerLayer {
+		if s.Bits != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // For returns the spec of a layer.
@@ -133,21 +150,30 @@ func ReadKVConfig(path string) (map[int]QuantSpec, error) {
 // form, following mlx-lm's maybe_quantize_kv_cache. Layers are converted
 // one at a time and the plain cache is freed before the next is touched,
 // so the extra memory is one layer's. Caches of other kinds, and layers
-// whose spec has zero bits, are left alone. It reports how many converted.
+// whose spec has zero bits, are left alone. With plan.Turbo, plain caches
+// become TurboQuant ones (ToTurbo). It reports how many converted.
 func MaybeQuantize(caches []Cache, plan QuantPlan) (int, error) {
 	n := 0
 	for i, c := range caches {
 		spec := plan.For(i)
-		if spec.Bits == 0 || c == nil || c.Offset() < plan.Start {
+		if (spec.Bits == 0 && plan.Turbo == nil) || c == nil || c.Offset() < plan.Start {
 			continue
 		}
 		var q Cache
 		var err error
 		switch p := c.(type) {
 		case *KVCache:
-			q, err = p.ToQuantized(spec.GroupSize, spec.Bits)
+			if plan.Turbo != nil {
+				q, err = p.ToTurbo(*plan.Turbo)
+			} else {
+				q, err = p.ToQuantized(spec.GroupSize, spec.Bits)
+			}
 		case *RotatingKVCache:
-			q, err = p.ToQuantized(spec.GroupSize, spec.Bits)
+			if plan.Turbo != nil {
+				q, err = p.ToTurbo(*plan.Turbo)
+			} else {
+				q, err = p.ToQuantized(spec.GroupSize, spec.Bits)
+			}
 		default:
 			continue
 		}

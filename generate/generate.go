@@ -149,6 +149,10 @@ type Options struct {
 	KVBits, KVGroupSize, QuantizedKVStart int
 	// KVConfig overrides bits and group size per layer (kv.ReadKVConfig).
 	KVConfig map[int]kv.QuantSpec
+	// KVQuant, when set, converts the caches to TurboQuant (full-attention
+	// and sliding-window layers) once their offset reaches
+	// QuantizedKVStart; it excludes KVBits and KVConfig.
+	KVQuant *kv.TurboSpec
 
 	// Backend is where the loop creates its input arrays (nil:
 	// tensor.Default()); it must be the model's.
@@ -250,6 +254,9 @@ type Stats struct {
 	// ForcedTokens counts the tokens jump-forward fed without sampling
 	// them: the decode steps it saved.
 	ForcedTokens int `json:"forced_tokens,omitempty"`
+	// KVBytes is the memory the caches hold at the end (capacity
+	// included), whatever their scheme.
+	KVBytes int `json:"kv_bytes"`
 	// CacheTokens are exactly the tokens whose KV the caches hold, in
 	// order: the key under which PromptCache.Put stores them.
 	CacheTokens []int32 `json:"-"`
@@ -342,6 +349,16 @@ func prepare(m Model, prompt []int32, opts *Options, be tensor.Backend) (*prepar
 		}
 		q.Free()
 	}
+	if o.KVQuant != nil {
+		if o.KVBits != 0 || o.KVConfig != nil {
+			return nil, errors.New("generate: TurboQuant KV (KVQuant) excludes KVBits and KVConfig")
+		}
+		t, err := kv.NewTurboQuantKVCache(*o.KVQuant)
+		if err != nil {
+			return nil, fmt.Errorf("generate: KV quantization: %w", err)
+		}
+		t.Free()
+	}
 	if o.QuantizedKVStart < 0 {
 		return nil, fmt.Errorf("generate: quantized KV start %d", o.QuantizedKVStart)
 	}
@@ -358,11 +375,9 @@ func prepare(m Model, prompt []int32, opts *Options, be tensor.Backend) (*prepar
 	if r.mem == nil {
 		r.mem, _ = r.be.(MemoryInfo)
 	}
-	r.plan = kv.QuantPlan{Default: kv.QuantSpec{Bits: o.KVBits, GroupSize: o.KVGroupSize}, PerLayer: o.KVConfig, Start: o.QuantizedKVStart}
-	r.quant = o.KVBits != 0
-	for _, spec := range o.KVConfig {
-		r.quant = r.quant || spec.Bits != 0
-	}
+	r.plan = kv.QuantPlan{Default: kv.QuantSpec{Bits: o.KVBits, GroupSize: o.KVGroupSize}, PerLayer: o.KVConfig,
+		Start: o.QuantizedKVStart, Turbo: o.KVQuant}
+	r.quant = r.plan.Quantizes()
 	if o.Caches != nil {
 		off := -1
 		for i, c := range o.Caches {

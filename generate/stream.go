@@ -99,6 +99,7 @@ func (s *Stream) Tokens() iter.Seq2[Token, error] {
 				s.q.stats.PeakMemory = p
 			}
 		}
+		s.q.stats.KVBytes = cachesBytes(s.caches)
 	}
 }
 

@@ -63,12 +63,15 @@ type Adapter struct {
 	SizeBytes int64
 }
 
-// Delta is one module's low-rank residual x·A·B·Scale.
+// Delta is one module's low-rank residual x·Aᵀ·Bᵀ·Scale (PEFT's
+// lora_B(lora_A(x))·scaling, mlx-lm's (x·lora_a)·lora_b·scale).
 type Delta struct {
 	// Name is the module as the adapter file names it.
 	Name string
-	// A is [in, r] and B [r, out]; for an expert bank A is [E, in, r] and
-	// B [E, r, out], expert e's pair at index e.
+	// A is [r, in] and B [out, r], laid out as a dense layer's weight
+	// (PEFT's lora_A.weight and lora_B.weight, mlx-lm's lora_a and lora_b
+	// transposed); for an expert bank A is [E, r, in] and B [E, out, r],
+	// expert e's pair at index e.
 	A, B *tensor.Array
 	// Scale multiplies the product.
 	Scale float64
@@ -411,8 +414,8 @@ func (a *Adapter) readPEFTTensors(c peftConfigJSON, tg targets, ranks, alphas []
 			return fmt.Errorf("lora: %w: %s: module %q has rank %d, the config (r, rank_pattern) says %d", ErrAdapter, f.Path(), mod, r, want)
 		}
 		s := scaleOf(lookup(alphas, mod, c.Alpha), r, c.RSLoRA)
-		A := transposed(f, p.a, be) // [in, r]
-		B := transposed(f, p.b, be) // [r, out]
+		A := plain(f, p.a, be) // [r, in]
+		B := plain(f, p.b, be) // [out, r]
 		if m := expertKey.FindStringSubmatch(mod); m != nil {
 			e, _ := strconv.Atoi(m[2])
 			key := Relative(model.BankPath(m[1]) + m[3])
@@ -421,7 +424,7 @@ func (a *Adapter) readPEFTTensors(c peftConfigJSON, tg targets, ranks, alphas []
 		}
 		a.Deltas[Relative(mod)] = &Delta{Name: mod, A: A, B: B, Scale: s, Rank: r, In: ia.Shape[1], Out: ib.Shape[0]}
 	}
-	// per-expert pairs of one bank stack into [E, in, r] and [E, r, out];
+	// per-expert pairs of one bank stack into [E, r, in] and [E, out, r];
 	// experts the adapter leaves out get zero pairs
 	for key, ps := range banks {
 		E := 0
@@ -429,7 +432,7 @@ func (a *Adapter) readPEFTTensors(c peftConfigJSON, tg targets, ranks, alphas []
 			E = max(E, p.e+1)
 		}
 		r, s := ps[0].r, ps[0].s
-		in, out := ps[0].a.Dim(0), ps[0].b.Dim(1)
+		in, out := ps[0].a.Dim(1), ps[0].b.Dim(0)
 		as := make([]*tensor.Array, E)
 		bs := make([]*tensor.Array, E)
 		var made []*tensor.Array
@@ -458,7 +461,7 @@ func (a *Adapter) readPEFTTensors(c peftConfigJSON, tg targets, ranks, alphas []
 }
 
 // transposed reads a stored [m, n] matrix as a contiguous [n, m] array
-// (PEFT's A [r, in] becomes [in, r], its B [out, r] becomes [r, out]).
+// (mlx-lm's lora_a [in, r] becomes [r, in], its lora_b [r, out] [out, r]).
 func transposed(f *safetensors.File, name string, be tensor.Backend) *tensor.Array {
 	x, err := f.Array(name, be, true)
 	if err != nil {
@@ -540,14 +543,14 @@ func (a *Adapter) readMLX(raw []byte, f *safetensors.File, be tensor.Backend) er
 		case len(ia.Shape) == 2 && len(ib.Shape) == 2 && ia.Shape[1] == ib.Shape[0]:
 			// LoRALinear: lora_a [in, r], lora_b [r, out], as used
 			d.Rank, d.In, d.Out = ia.Shape[1], ia.Shape[0], ib.Shape[1]
-			d.A, d.B = plain(f, p.a, be), plain(f, p.b, be)
+			d.A, d.B = transposed(f, p.a, be), transposed(f, p.b, be)
 		case len(ia.Shape) == 2 && len(ib.Shape) == 3 && ib.Shape[2] > 0 && ia.Shape[0] == ib.Shape[0]*ib.Shape[2]:
 			// LoRASwitchLinear: lora_a [E·r, in] (expert e's rows e·r…),
 			// lora_b [E, out, r]
 			E, r := ib.Shape[0], ib.Shape[2]
 			d.Rank, d.In, d.Out, d.Experts = r, ia.Shape[1], ib.Shape[1], E
-			d.A = reshapedSwap(f, p.a, be, []int{E, r, ia.Shape[1]}) // [E, in, r]
-			d.B = reshapedSwap(f, p.b, be, nil)                      // [E, r, out]
+			d.A = reshaped(f, p.a, be, []int{E, r, ia.Shape[1]}) // [E, r, in]
+			d.B = plain(f, p.b, be)                              // [E, out, r]
 		default:
 			return fmt.Errorf("lora: %w: %s: module %q: lora_a %v and lora_b %v (want [in, r] and [r, out], or [E·r, in] and [E, out, r])", ErrAdapter, f.Path(), mod, ia.Shape, ib.Shape)
 		}
@@ -571,17 +574,12 @@ func plain(f *safetensors.File, name string, be tensor.Backend) *tensor.Array {
 	return x
 }
 
-// reshapedSwap reads a stored tensor, reshapes it to shape (when given)
-// and swaps its last two axes, contiguous.
-func reshapedSwap(f *safetensors.File, name string, be tensor.Backend, shape []int) *tensor.Array {
+// reshaped reads a stored tensor as a contiguous array of shape.
+func reshaped(f *safetensors.File, name string, be tensor.Backend, shape []int) *tensor.Array {
 	x := plain(f, name, be)
 	sc := tensor.NewScope()
 	defer sc.Close()
-	v := x
-	if shape != nil {
-		v = tensor.Reshape(x, shape...)
-	}
-	out := sc.Keep(tensor.Contiguous(tensor.SwapAxes(v, -1, -2)))
+	out := sc.Keep(tensor.Contiguous(tensor.Reshape(x, shape...)))
 	tensor.Detach(out)
 	x.Free()
 	return out

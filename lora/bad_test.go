@@ -91,7 +91,7 @@ func TestRefusals(t *testing.T) {
 		{"wrong width", writeAdapter(t, "adapter_model.safetensors", peftCfg(nil), map[string][]int{
 			q0 + ".lora_A.weight": {8, 64}, q0 + ".lora_B.weight": {64, 8},
 			"base_model.model.model.layers.1.self_attn.k_proj.lora_A.weight": {8, 64}, "base_model.model.model.layers.1.self_attn.k_proj.lora_B.weight": {48, 8}}),
-			lora.ErrAdapter, []string{"model.layers.1.self_attn.k_proj", "B [8, 48]", "[in 64 → out 32]"}, true},
+			lora.ErrAdapter, []string{"model.layers.1.self_attn.k_proj", "B [48, 8] (out, r)", "[in 64 → out 32]"}, true},
 		{"no such layer", writeAdapter(t, "adapter_model.safetensors", peftCfg(nil), map[string][]int{
 			"base_model.model.model.layers.7.self_attn.q_proj.lora_A.weight": {8, 64}, "base_model.model.model.layers.7.self_attn.q_proj.lora_B.weight": {64, 8}}),
 			lora.ErrAdapter, []string{"model.layers.7.self_attn.q_proj", "not a projection"}, true},

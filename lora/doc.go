@@ -1,6 +1,6 @@
 // Package lora mounts LoRA adapters on a loaded model and applies them
 // unmerged: each adapted layer computes its base output and adds, for
-// every adapter a pass selects, the low-rank residual x·A·B·scale, in the
+// every adapter a pass selects, the low-rank residual scale·B·A·x (A [r, in], B [out, r]), in the
 // order given. Base weights (plain or affine-quantized) are never
 // rewritten, so the adapters a pass applies change from one call to the
 // next at no cost, and rows of one batch may each apply their own set

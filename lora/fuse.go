@@ -27,7 +27,7 @@ type FuseOptions struct {
 
 // Fuse writes to dst the checkpoint of the model in src with the adapters
 // in the folders given merged into its weights, in order: each adapted
-// module's weight W [out, in] becomes W + scale·(A·B)ᵀ (per expert for a
+// module's weight W [out, in] becomes W + scale·B·A (per expert for a
 // bank), computed in float32 and stored in the weight's type. The other
 // tensors are copied as stored; config.json and the folder's other files
 // (tokenizer, templates) are copied. The adapters are checked against the
@@ -182,8 +182,8 @@ func merge(s *site, sets []*Mounted, dequantize bool) map[string]*tensor.Array {
 		if d == nil {
 			continue
 		}
-		ab := tensor.Matmul(tensor.AsType(d.A, tensor.Float32), tensor.AsType(d.B, tensor.Float32)) // [.., in, out]
-		w = tensor.Add(w, tensor.MulScalar(tensor.SwapAxes(ab, -1, -2), d.Scale))
+		ba := tensor.Matmul(tensor.AsType(d.B, tensor.Float32), tensor.AsType(d.A, tensor.Float32)) // [.., out, in]
+		w = tensor.Add(w, tensor.MulScalar(ba, d.Scale))
 	}
 	base := strings.TrimSuffix(s.source, ".weight")
 	res := map[string]*tensor.Array{}

@@ -14,7 +14,7 @@ import (
 // loads (it is a model.Wrapper: pass it as LoadOptions.Wrap) and holds
 // the adapters mounted on that model. Its stand-ins run the base layer
 // and add, for the adapters the forward pass in progress selects, each
-// one's residual x·A·B·scale in order; base weights are never rewritten,
+// one's residual scale·B·A·x in order; base weights are never rewritten,
 // so which adapters apply changes from one pass to the next for free.
 //
 // A pass's selection is set by Model (Forward, Logits) for the duration
@@ -196,9 +196,9 @@ func (h *Host) fits(a *Adapter, key string, d *Delta) error {
 	}
 	shape := func() string {
 		if d.Experts > 0 {
-			return fmt.Sprintf("A [%d, %d, %d] · B [%d, %d, %d]", d.Experts, d.In, d.Rank, d.Experts, d.Rank, d.Out)
+			return fmt.Sprintf("A [%d, %d, %d] (experts, r, in) and B [%d, %d, %d] (experts, out, r)", d.Experts, d.Rank, d.In, d.Experts, d.Out, d.Rank)
 		}
-		return fmt.Sprintf("A [%d, %d] · B [%d, %d]", d.In, d.Rank, d.Rank, d.Out)
+		return fmt.Sprintf("A [%d, %d] (r, in) and B [%d, %d] (out, r)", d.Rank, d.In, d.Out, d.Rank)
 	}
 	switch {
 	case s.in < 0:
@@ -349,10 +349,11 @@ func (s *site) deltas(set []*Mounted) []*Delta {
 	return out
 }
 
-// residual adds x·A·B·scale of each pair to y (dense pairs; x [..., in]).
+// residual adds x·Aᵀ·Bᵀ·scale of each pair to y (dense pairs; x [...,
+// in]): two products with a weight-layout matrix, as a dense layer's.
 func residual(x, y *tensor.Array, ds []*Delta) *tensor.Array {
 	for _, d := range ds {
-		r := tensor.Matmul(tensor.Matmul(x, d.A), d.B)
+		r := tensor.Matmul(tensor.Matmul(x, tensor.Transpose(d.A)), tensor.Transpose(d.B))
 		y = tensor.Add(y, tensor.MulScalar(r, d.Scale))
 	}
 	return y
@@ -487,9 +488,9 @@ func (b *bank) Gather(x, inds *tensor.Array) *tensor.Array {
 // x [..., m, 1, in] (m 1 or k), y [..., k, 1, out], inds [..., k].
 func gathered(x, y, inds *tensor.Array, ds []*Delta) *tensor.Array {
 	for _, d := range ds {
-		a := tensor.Take(d.A, inds, 0) // [..., k, in, r]
-		bb := tensor.Take(d.B, inds, 0)
-		r := tensor.Matmul(tensor.Matmul(x, a), bb) // [..., k, 1, out]
+		a := tensor.Take(d.A, inds, 0)                                                                // [..., k, r, in]
+		bb := tensor.Take(d.B, inds, 0)                                                               // [..., k, out, r]
+		r := tensor.Matmul(tensor.Matmul(x, tensor.SwapAxes(a, -1, -2)), tensor.SwapAxes(bb, -1, -2)) // [..., k, 1, out]
 		y = tensor.Add(y, tensor.MulScalar(r, d.Scale))
 	}
 	return y
@@ -521,7 +522,7 @@ func (b *bank) Expert(e int, x *tensor.Array) *tensor.Array {
 	for _, d := range ds {
 		a := tensor.Squeeze(tensor.SliceAxis(d.A, 0, e, e+1), 0)
 		bb := tensor.Squeeze(tensor.SliceAxis(d.B, 0, e, e+1), 0)
-		r := tensor.Matmul(tensor.Matmul(x, a), bb)
+		r := tensor.Matmul(tensor.Matmul(x, tensor.Transpose(a)), tensor.Transpose(bb))
 		y = tensor.Add(y, tensor.MulScalar(r, d.Scale))
 	}
 	return sc.Keep(y)

@@ -8,6 +8,9 @@
 // registers is refused at load, naming it and listing those that are.
 // Qwen3.5 and Qwen3-Next (qwen35.go) mix gated DeltaNet linear attention,
 // whose layers keep a kv.RecurrentCache, with gated full attention.
+// DeepSeek-V3 and GLM-5 (mla.go) attend through a compressed latent cache
+// (kv_lora_rank + qk_rope_head_dim values per token) with the key and
+// value projections absorbed; GLM-5 adds DSA's top-k indexer.
 //
 // Memory follows one rule: a function that makes temporary arrays makes
 // them inside a tensor.Scope (scoped, or NewScope/Close) and keeps only

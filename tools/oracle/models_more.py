@@ -84,14 +84,14 @@ def variants():
     # Phi-3 takes its head size from hidden_size / num_attention_heads (8)
     rot = int(8 * 0.75) // 2
     add("phi3_longrope", "Phi3Config",
-        dict(num_hidden_layers=2, tie_word_embeddings=False, sliding_window=None,
+        dict(num_hidden_layers=2, tie_word_embeddings=False, sliding_window=None, head_dim=8,
              original_max_position_embeddings=64, partial_rotary_factor=0.75,
              rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
                               "partial_rotary_factor": 0.75,
                               "original_max_position_embeddings": 64,
                               "short_factor": [1.0 + 0.3 * i for i in range(rot)],
                               "long_factor": [2.0 + 0.5 * i for i in range(rot)]}),
-        dict(num_hidden_layers=2, tie_word_embeddings=False, sliding_window=None,
+        dict(num_hidden_layers=2, tie_word_embeddings=False, sliding_window=None, head_dim=8,
              original_max_position_embeddings=64,
              rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
                               "original_max_position_embeddings": 64,
@@ -162,7 +162,9 @@ def variants():
                                    "original_max_position_embeddings": 32, "beta_fast": 32.0,
                                    "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}))
     add("glm_moe_dsa", "GlmMoeDsaConfig",
-        dict(mla, index_topk=8, index_head_dim=16, index_n_heads=2,
+        # 8 indexer heads: with 2, a key whose ReLU scores are all zero ties
+        # others at exactly 0 and torch.topk's order among ties decides
+        dict(mla, index_topk=8, index_head_dim=16, index_n_heads=8,
              rope_parameters={"rope_type": "default", "rope_theta": 10000.0}))
     add("glm4_moe", "Glm4MoeConfig",
         dict(num_hidden_layers=3, tie_word_embeddings=False, moe_intermediate_size=16,

@@ -162,9 +162,7 @@ def variants():
                                    "original_max_position_embeddings": 32, "beta_fast": 32.0,
                                    "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}))
     add("glm_moe_dsa", "GlmMoeDsaConfig",
-        # 8 indexer heads: with 2, a key whose ReLU scores are all zero ties
-        # others at exactly 0 and torch.topk's order among ties decides
-        dict(mla, index_topk=8, index_head_dim=16, index_n_heads=8,
+        dict(mla, index_topk=8, index_head_dim=16, index_n_heads=2,
              rope_parameters={"rope_type": "default", "rope_theta": 10000.0}))
     add("glm4_moe", "Glm4MoeConfig",
         dict(num_hidden_layers=3, tie_word_embeddings=False, moe_intermediate_size=16,
@@ -172,6 +170,13 @@ def variants():
              topk_group=1, num_experts_per_tok=2, first_k_dense_replace=1, norm_topk_prob=True,
              use_qk_norm=True, attention_bias=True, partial_rotary_factor=0.5,
              rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}))
+    # With 2 indexer heads a key whose ReLU scores are all zero ties others
+    # at exactly 0, and torch.topk's order among ties decides the selection
+    # (glm_moe_dsa above is compared only where every key is selected); 8
+    # heads make such ties rare. Appended last so the seeds above stay.
+    add("glm_moe_dsa_h8", "GlmMoeDsaConfig",
+        dict(mla, index_topk=8, index_head_dim=16, index_n_heads=8,
+             rope_parameters={"rope_type": "default", "rope_theta": 10000.0}))
     return out
 
 

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -38,6 +37,30 @@ type serveFlags struct {
 	temp, topP, minP                                                       float64
 	cacheBytes                                                             int64
 	copyWeights                                                            bool
+	apiKey, apiKeyEnv                                                      string
+	servedNames, allowedOrigins, allowedHosts                              listFlag
+	anyModelName                                                           bool
+	headerTimeout, bodyTimeout, writeTimeout, idleTimeout                  time.Duration
+	maxConns, maxHeaderBytes                                               int
+	maxBodyBytes                                                           int64
+}
+
+// listFlag is a repeatable flag whose values may also be comma-separated.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+// Type names the flag's value in help text.
+func (l *listFlag) Type() string { return "strings" }
+
+// Set adds the comma-separated values of one occurrence.
+func (l *listFlag) Set(v string) error {
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*l = append(*l, p)
+		}
+	}
+	return nil
 }
 
 // runServe loads the model and serves it until interrupted.
@@ -61,6 +84,19 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	fl.IntVar(&f.chunk, "prefill-step-size", generate.DefaultPrefillChunkSize, "prompt tokens per forward pass during prefill")
 	fl.StringVar(&f.toolFormat, "tool-format", "", "tool-call syntax: hermes, gemma4 or llama3 (default: detected)")
 	fl.BoolVar(&f.copyWeights, "copy-weights", false, "copy weights into memory instead of mapping the files")
+	fl.StringVar(&f.apiKey, "api-key", "", "require this API key on every route but /health (Authorization: Bearer KEY or x-api-key: KEY)")
+	fl.StringVar(&f.apiKeyEnv, "api-key-env", "MLXGO_API_KEY", "environment variable holding the API key when --api-key is not given")
+	fl.Var(&f.servedNames, "served-model-name", "a model name the server answers to besides the model folder's (repeatable); the first is the id it reports")
+	fl.BoolVar(&f.anyModelName, "any-model-name", false, "accept whatever model name a request gives")
+	fl.Var(&f.allowedOrigins, "allowed-origins", "browser origins allowed to call the server cross-origin, e.g. http://localhost:3000, or * (repeatable; default none)")
+	fl.Var(&f.allowedHosts, "allowed-hosts", "Host header values the server answers (repeatable; default: localhost and the loopback addresses on a loopback bind, any otherwise)")
+	fl.DurationVar(&f.headerTimeout, "read-header-timeout", serve.DefaultReadHeaderTimeout, "time a client has to send a request's headers")
+	fl.DurationVar(&f.bodyTimeout, "body-timeout", serve.DefaultBodyTimeout, "time a client has to send a request's body")
+	fl.DurationVar(&f.writeTimeout, "write-timeout", serve.DefaultWriteTimeout, "time one write of a response may take (a client that stops reading is cut off)")
+	fl.DurationVar(&f.idleTimeout, "idle-timeout", serve.DefaultIdleTimeout, "time a kept-alive connection may idle between requests")
+	fl.IntVar(&f.maxConns, "max-connections", serve.DefaultMaxConns, "connections served at once (more wait to be accepted)")
+	fl.IntVar(&f.maxHeaderBytes, "max-header-bytes", serve.DefaultMaxHeaderBytes, "largest request header block")
+	fl.Int64Var(&f.maxBodyBytes, "max-body-bytes", serve.DefaultMaxBodyBytes, "largest request body (larger ones get 413)")
 	fl.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: mlxgo serve [--model DIR] [flags]")
 		fl.PrintDefaults()
@@ -73,6 +109,20 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	}
 	if f.port < 0 || f.port > 65535 {
 		return fmt.Errorf("%w: --port %d", errUsage, f.port)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--read-header-timeout", f.headerTimeout}, {"--body-timeout", f.bodyTimeout}, {"--write-timeout", f.writeTimeout}, {"--idle-timeout", f.idleTimeout}} {
+		if d.v <= 0 {
+			return fmt.Errorf("%w: %s must be positive, got %v", errUsage, d.name, d.v)
+		}
+	}
+	if f.maxConns <= 0 || f.maxHeaderBytes <= 0 || f.maxBodyBytes <= 0 {
+		return fmt.Errorf("%w: --max-connections, --max-header-bytes and --max-body-bytes must be positive", errUsage)
+	}
+	if f.apiKey == "" && f.apiKeyEnv != "" {
+		f.apiKey = os.Getenv(f.apiKeyEnv)
 	}
 	var level slog.Level
 	switch strings.ToUpper(f.logLevel) {
@@ -99,9 +149,21 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	id := f.model
-	if id == "" {
-		id = demo.Name
+	id := servedModelID(f.model, dir)
+	var aliases []string
+	if len(f.servedNames) > 0 {
+		// The first served name is the reported id; the folder's name
+		// stays accepted.
+		aliases = append([]string{id}, f.servedNames[1:]...)
+		id = f.servedNames[0]
+	}
+	var keys []string
+	if f.apiKey != "" {
+		keys = []string{f.apiKey}
+	}
+	hosts := []string(f.allowedHosts)
+	if len(hosts) == 0 && isLoopback(f.host) {
+		hosts = serve.LoopbackHosts
 	}
 
 	tok, err := tokenizer.Load(dir)
@@ -132,7 +194,9 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 		EOS: toInt32s(eosIDs(info.EOS, tok)), ContextLength: contextLength(dir), MaxTokens: f.maxTokens,
 		Sampling: gen.Over(flagDefaults), Backend: be, PrefillChunkSize: f.chunk,
 		PromptCacheBytes: cacheBytes, SnapshotPrompt: info.SlidingWindow > 0, QueueSize: f.queueSize,
-		ToolFormat: f.toolFormat, Logger: log,
+		ToolFormat: f.toolFormat, Logger: log, Aliases: aliases, AnyModelName: f.anyModelName, APIKeys: keys,
+		AllowedOrigins: f.allowedOrigins, AllowedHosts: hosts, BodyTimeout: f.bodyTimeout, WriteTimeout: f.writeTimeout,
+		MaxBodyBytes: f.maxBodyBytes,
 	})
 	if err != nil {
 		return err
@@ -143,12 +207,16 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	ln = serve.LimitListener(ln, f.maxConns)
+	hs := srv.HTTPServer(serve.HTTPLimits{ReadHeaderTimeout: f.headerTimeout, IdleTimeout: f.idleTimeout, MaxHeaderBytes: f.maxHeaderBytes, MaxConns: f.maxConns})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	fmt.Fprintf(stderr, "mlxgo serve: %s on http://%s (backend %s)\n", id, ln.Addr(), be.Name())
+	if len(keys) == 0 && !isLoopback(f.host) {
+		log.Warn("serving on a non-loopback address without --api-key: anyone who can reach it can use it")
+	}
 	select {
 	case err := <-errc:
 		return err
@@ -160,6 +228,34 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 		return err
 	}
 	return nil
+}
+
+// servedModelID is the id a served model reports: the repo id of a model
+// in the Hugging Face cache (models--org--name/snapshots/…), else the
+// model folder's name; never a path.
+func servedModelID(arg, dir string) string {
+	if arg == "" {
+		return demo.Name
+	}
+	parts := strings.Split(filepath.ToSlash(filepath.Clean(dir)), "/")
+	for i := len(parts) - 1; i >= 0; i-- {
+		if rest, ok := strings.CutPrefix(parts[i], "models--"); ok && rest != "" {
+			return strings.Replace(rest, "--", "/", 1)
+		}
+	}
+	if base := filepath.Base(filepath.Clean(dir)); base != "." && base != string(filepath.Separator) {
+		return base
+	}
+	return "default_model"
+}
+
+// isLoopback reports whether a listen host is a loopback address or name.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
 }
 
 // serveTemplate picks the chat template: --chat-template as a file, a

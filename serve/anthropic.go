@@ -14,15 +14,20 @@ func writeAnthropicError(w http.ResponseWriter, err error) {
 	if !errors.As(err, &ae) {
 		ae = &apiError{status: http.StatusInternalServerError, message: err.Error()}
 	}
-	typ := map[int]string{400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error",
-		413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}[ae.status]
+	typ := map[int]string{400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+		405: "invalid_request_error", 408: "timeout_error", 413: "request_too_large", 415: "invalid_request_error",
+		429: "rate_limit_error", 503: "overloaded_error"}[ae.status]
 	if typ == "" {
 		typ = "api_error"
 	}
 	if ae.status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", "1")
 	}
-	writeJSON(w, ae.status, newAnthropicError(typ, ae.message))
+	msg := ae.message
+	if ae.status >= 500 {
+		msg = scrubPaths(msg)
+	}
+	writeJSON(w, ae.status, newAnthropicError(typ, msg))
 }
 
 func newAnthropicError(typ, message string) anthropicError {
@@ -242,20 +247,20 @@ func messagesUsage(o outcome) anthropicUsage {
 		CacheReadInputTokens: new(o.stats.CachedTokens), CacheCreationInputTokens: new(0)}
 }
 
-func (s *Server) messagesPlan(req *messagesRequest) (*plan, *outputParser, error) {
+// messagesPrompt renders and encodes a messages request's prompt (what
+// count_tokens counts).
+func (s *Server) messagesPrompt(req *messagesRequest) (string, []int32, []toolDef, toolChoiceMode, error) {
+	var mode toolChoiceMode
 	if err := s.checkModel(req.Model); err != nil {
-		return nil, nil, err
-	}
-	if req.MaxTokens == nil {
-		return nil, nil, badRequest("max_tokens", "max_tokens is required")
+		return "", nil, nil, mode, err
 	}
 	msgs, err := anthropicMessages(req.System, req.Messages)
 	if err != nil {
-		return nil, nil, err
+		return "", nil, nil, mode, err
 	}
 	tools, defs, mode, err := anthropicTools(req.Tools, req.ToolChoice)
 	if err != nil {
-		return nil, nil, err
+		return "", nil, nil, mode, err
 	}
 	var kwargs map[string]any
 	if req.Thinking != nil {
@@ -263,15 +268,53 @@ func (s *Server) messagesPlan(req *messagesRequest) (*plan, *outputParser, error
 	}
 	text, err := s.renderChat(msgs, tools, kwargs)
 	if err != nil {
+		return "", nil, nil, mode, err
+	}
+	ids, err := s.encodePromptChecked(text, true, "messages")
+	if err != nil {
+		return "", nil, nil, mode, err
+	}
+	if err := s.checkPrompt(ids, "messages"); err != nil {
+		return "", nil, nil, mode, err
+	}
+	return text, ids, defs, mode, nil
+}
+
+func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
+	var req messagesRequest
+	if err := readJSON(r, &req); err != nil {
+		writeAnthropicError(w, err)
+		return
+	}
+	_, ids, _, _, err := s.messagesPrompt(&req)
+	if err != nil {
+		writeAnthropicError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, countTokensResponse{InputTokens: len(ids)})
+}
+
+func (s *Server) messagesPlan(req *messagesRequest) (*plan, *outputParser, error) {
+	if err := s.checkModel(req.Model); err != nil {
 		return nil, nil, err
 	}
-	pl := &plan{promptText: text, prompt: s.encodePrompt(text, true)}
-	if err := s.checkPrompt(pl.prompt, "messages"); err != nil {
+	if req.MaxTokens == nil {
+		return nil, nil, badRequest("max_tokens", "max_tokens is required")
+	}
+	text, ids, defs, mode, err := s.messagesPrompt(req)
+	if err != nil {
 		return nil, nil, err
 	}
+	pl := &plan{promptText: text, prompt: ids}
 	f := samplingFields{Model: req.Model, MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, Stream: req.Stream}
 	if len(req.StopSequences) > 0 {
 		f.Stop, _ = json.Marshal(req.StopSequences)
+	}
+	if err := checkRanges(&f, 1); err != nil {
+		return nil, nil, err
+	}
+	if req.TopK != nil && *req.TopK < 0 {
+		return nil, nil, badRequest("top_k", "top_k must be ≥ 0, got %d", *req.TopK)
 	}
 	if err := s.commonPlan(&f, pl, false, 0); err != nil {
 		return nil, nil, err
@@ -287,11 +330,16 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, pl *plan
 		writeAnthropicError(w, err)
 		return
 	}
-	out := newSSE(w)
-	start := messageStartEvent{Type: "message_start", Message: anthropicResponse{ID: id, Type: "message", Role: "assistant",
-		Model: s.cfg.ModelID, Content: []contentBlock{}, Usage: anthropicUsage{InputTokens: len(pl.prompt)}}}
-	if out.send("message_start", start) != nil {
-		return
+	var out *sse
+	// message_start waits for the engine's first event, which says how
+	// much of the prompt the cache supplied: its usage then agrees with
+	// message_delta's.
+	begin := func(cached int) error {
+		out = newSSE(w)
+		start := messageStartEvent{Type: "message_start", Message: anthropicResponse{ID: id, Type: "message", Role: "assistant",
+			Model: s.cfg.ModelID, Content: []contentBlock{}, Usage: anthropicUsage{InputTokens: len(pl.prompt) - cached,
+				CacheReadInputTokens: new(cached), CacheCreationInputTokens: new(0)}}}
+		return out.send("message_start", start)
 	}
 	index, open := -1, "" // the open block's index and type
 	closeBlock := func() error {
@@ -349,6 +397,19 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, pl *plan
 		return nil
 	}
 	for ev := range events(ctx, j) {
+		if out == nil {
+			if ev.done != nil && ev.done.err != nil { // failed before it started: a plain error
+				writeAnthropicError(w, genError(ev.done.err))
+				return
+			}
+			cached := 0
+			if ev.cached != nil {
+				cached = *ev.cached
+			}
+			if begin(cached) != nil {
+				return
+			}
+		}
 		if ev.text != "" && emit(parser.Feed(ev.text)) != nil {
 			return
 		}
@@ -356,7 +417,7 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, pl *plan
 			continue
 		}
 		if ev.done.err != nil {
-			_ = out.send("error", newAnthropicError("api_error", genError(ev.done.err).message))
+			_ = out.send("error", newAnthropicError("api_error", scrubPaths(genError(ev.done.err).message)))
 			return
 		}
 		if emit(parser.Finish()) != nil {

@@ -39,6 +39,10 @@ type event struct {
 	text   string
 	tokens []tokenLP
 	done   *outcome
+	// cached, on the first event of a job, is how many prompt tokens the
+	// prompt cache supplied (known before prefill, so that a stream's
+	// opening usage agrees with its closing one).
+	cached *int
 }
 
 // outcome ends a job.
@@ -241,6 +245,7 @@ func (e *engine) generate(j *job) (res outcome) {
 			}
 		}
 	}
+	j.out.push(event{cached: new(cachedTokens(taken))})
 	s, err := generate.Generate(j.ctx, e.cfg.Model, j.prompt, &opts)
 	if err != nil {
 		freeCaches(taken)
@@ -301,6 +306,17 @@ func (e *engine) generate(j *job) (res outcome) {
 		res.reason = "stop"
 	}
 	return res
+}
+
+// cachedTokens is how many tokens pre-warmed caches hold (what
+// generate.Stats.CachedTokens will report).
+func cachedTokens(cs []kv.Cache) int {
+	for _, c := range cs {
+		if c != nil {
+			return c.Offset()
+		}
+	}
+	return 0
 }
 
 // freeCaches frees caches the engine owns.

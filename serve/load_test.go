@@ -34,6 +34,7 @@ func openStream(t *testing.T, url string, body map[string]any) (*http.Response, 
 	ctx, cancel := context.WithCancel(context.Background())
 	raw, _ := json.Marshal(body)
 	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/chat/completions", bytes.NewReader(raw))
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		cancel()

@@ -40,7 +40,7 @@ func TestMalformedRequests(t *testing.T) {
 		{"min_p 2", "POST", chat, `{` + okMsgs + `,"min_p":2}`, 400, "min_p"},
 		{"max_tokens 0", "POST", chat, `{` + okMsgs + `,"max_tokens":0}`, 400, "max_tokens"},
 		{"max_tokens string", "POST", chat, `{` + okMsgs + `,"max_tokens":"ten"}`, 400, "max_tokens"},
-		{"n 2", "POST", chat, `{` + okMsgs + `,"n":2}`, 400, "n"},
+		{"n 99", "POST", chat, `{` + okMsgs + `,"n":99}`, 400, "n"},
 		{"stop number", "POST", chat, `{` + okMsgs + `,"stop":7}`, 400, "stop"},
 		{"stop list of numbers", "POST", chat, `{` + okMsgs + `,"stop":[1,2]}`, 400, "stop"},
 		{"logit_bias key", "POST", chat, `{` + okMsgs + `,"logit_bias":{"abc":1}}`, 400, "logit_bias"},

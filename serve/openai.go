@@ -8,6 +8,7 @@ import (
 	"iter"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -223,31 +224,47 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.streamChat(w, r, pl, parser, id)
 		return
 	}
-	res, err := s.collect(r.Context(), pl)
-	if err != nil {
-		s.writeAPIError(w, err)
-		return
+	// n > 1 runs the choices one after another (seeded ones with seed+i,
+	// so that they differ); the prompt cache makes every prefill after the
+	// first nearly free.
+	var choices []chatChoice
+	var total openaiUsage
+	cps := make([]*plan, pl.n) // made before any runs: each forks the unused grammar
+	for i := range cps {
+		cps[i] = pl.choicePlan(i)
 	}
-	d := parser.Feed(res.text)
-	d.add(parser.Finish())
-	msg := assistantMessage{Role: "assistant", Content: &d.content, ReasoningContent: d.reasoning}
-	finish := res.reason
-	if len(d.calls) > 0 {
-		msg.ToolCalls = openaiCalls(d.calls)
-		if d.content == "" {
-			msg.Content = nil
+	for i, pi := range cps {
+		res, err := s.collect(r.Context(), pi)
+		if err != nil {
+			s.writeAPIError(w, err)
+			return
 		}
-		if finish == "stop" {
-			finish = "tool_calls"
+		p := parser
+		if i > 0 {
+			p = parser.fresh()
 		}
+		d := p.Feed(res.text)
+		d.add(p.Finish())
+		msg := assistantMessage{Role: "assistant", Content: &d.content, ReasoningContent: d.reasoning}
+		finish := res.reason
+		if len(d.calls) > 0 {
+			msg.ToolCalls = openaiCalls(d.calls)
+			if d.content == "" {
+				msg.Content = nil
+			}
+			if finish == "stop" {
+				finish = "tool_calls"
+			}
+		}
+		choice := chatChoice{Index: i, Message: msg, FinishReason: finish}
+		if pl.logprobs {
+			choice.Logprobs = &chatLogprobs{Content: s.chatLogprobs(res.tokens)}
+		}
+		choices = append(choices, choice)
+		total.add(usage(res.outcome), i == 0)
 	}
-	choice := chatChoice{Message: msg, FinishReason: finish}
-	if pl.logprobs {
-		choice.Logprobs = &chatLogprobs{Content: s.chatLogprobs(res.tokens)}
-	}
-	u := usage(res.outcome)
 	writeJSON(w, http.StatusOK, openaiObject[chatChoice]{ID: id, Object: "chat.completion", Created: time.Now().Unix(),
-		Model: s.cfg.ModelID, Choices: []chatChoice{choice}, Usage: &u})
+		Model: s.cfg.ModelID, SystemFingerprint: s.fingerprint, Choices: choices, Usage: &total})
 }
 
 // chatPlan turns a chat request into a plan and its output parser.
@@ -274,7 +291,14 @@ func (s *Server) chatPlan(req *chatRequest) (*plan, *outputParser, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	pl := &plan{promptText: text, prompt: s.encodePrompt(text, true)}
+	if err := checkRanges(&req.samplingFields, 2); err != nil {
+		return nil, nil, err
+	}
+	ids, err := s.encodePromptChecked(text, true, "messages")
+	if err != nil {
+		return nil, nil, err
+	}
+	pl := &plan{promptText: text, prompt: ids}
 	if err := s.checkPrompt(pl.prompt, "messages"); err != nil {
 		return nil, nil, err
 	}
@@ -313,28 +337,6 @@ func (s *Server) toolPlan(pl *plan, defs []toolDef, mode toolChoiceMode, prompt 
 	return p, nil
 }
 
-// completionPrompt decodes a completionPrompt: one prompt, as text or as
-// token ids (ids are returned with no text).
-func (s *Server) completionPrompt(raw json.RawMessage) ([]int32, string, error) {
-	if absent(raw) {
-		return nil, "", badRequest("prompt", "prompt is required")
-	}
-	var p completionPrompt
-	if err := json.Unmarshal(raw, &p); err != nil {
-		return nil, "", badRequest("prompt", "prompt must be a string or a list of token ids")
-	}
-	if p.Tokens != nil {
-		if len(p.Tokens) != 1 {
-			return nil, "", badRequest("prompt", "only one prompt per request is supported, got %d", len(p.Tokens))
-		}
-		return p.Tokens[0], "", nil
-	}
-	if len(p.Texts) != 1 {
-		return nil, "", badRequest("prompt", "only one prompt per request is supported, got %d", len(p.Texts))
-	}
-	return s.encodePrompt(p.Texts[0], true), p.Texts[0], nil
-}
-
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	var req completionRequest
 	if err := readJSON(r, &req); err != nil {
@@ -345,19 +347,26 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		s.writeAPIError(w, err)
 		return
 	}
-	if req.Echo != nil && *req.Echo {
-		s.writeAPIError(w, badRequest("echo", "echo is unsupported"))
+	if err := checkRanges(&req.samplingFields, 2); err != nil {
+		s.writeAPIError(w, err)
 		return
 	}
-	ids, text, err := s.completionPrompt(req.Prompt)
-	if err == nil {
-		err = s.checkPrompt(ids, "prompt")
+	echo := req.Echo != nil && *req.Echo
+	if echo && req.Logprobs != nil {
+		s.writeAPIError(w, badRequest("echo", "echo with logprobs is unsupported (the server does not score prompt tokens)"))
+		return
 	}
+	prompts, err := s.completionPrompts(req.Prompt)
 	if err != nil {
 		s.writeAPIError(w, err)
 		return
 	}
-	pl := &plan{prompt: ids, promptText: text}
+	if req.Suffix != nil && *req.Suffix != "" {
+		if err := s.applySuffix(prompts, *req.Suffix); err != nil {
+			s.writeAPIError(w, err)
+			return
+		}
+	}
 	top, lp := 0, false
 	if req.Logprobs != nil {
 		top, lp = *req.Logprobs, true
@@ -366,27 +375,167 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if err := s.commonPlan(&req.samplingFields, pl, lp, top); err != nil {
-		s.writeAPIError(w, err)
+	plans := make([]*plan, len(prompts))
+	for k, p := range prompts {
+		if err := s.checkPrompt(p.ids, "prompt"); err != nil {
+			s.writeAPIError(w, err)
+			return
+		}
+		plans[k] = &plan{prompt: p.ids, promptText: p.text}
+		if err := s.commonPlan(&req.samplingFields, plans[k], lp, top); err != nil {
+			s.writeAPIError(w, err)
+			return
+		}
+	}
+	if req.BestOf != nil && *req.BestOf != plans[0].n {
+		s.writeAPIError(w, badRequest("best_of", "best_of other than n is unsupported (the server does not rank choices)"))
 		return
 	}
 	id := newCallID("cmpl-")
-	if pl.stream {
-		s.streamCompletion(w, r, pl, id)
+	if plans[0].stream {
+		if len(plans) > 1 {
+			s.writeAPIError(w, badRequest("prompt", "a list of prompts cannot be streamed; send one prompt per streamed request"))
+			return
+		}
+		echoText := ""
+		if echo {
+			echoText = prompts[0].echo
+		}
+		s.streamCompletion(w, r, plans[0], id, echoText)
 		return
 	}
-	res, err := s.collect(r.Context(), pl)
-	if err != nil {
-		s.writeAPIError(w, err)
-		return
+	var choices []completionChoice
+	var total openaiUsage
+	for k, pl := range plans {
+		cps := make([]*plan, pl.n) // made before any runs: each forks the unused grammar
+		for i := range cps {
+			cps[i] = pl.choicePlan(i)
+		}
+		for i, pi := range cps {
+			res, err := s.collect(r.Context(), pi)
+			if err != nil {
+				s.writeAPIError(w, err)
+				return
+			}
+			text, offset := res.text, 0
+			if echo {
+				text, offset = prompts[k].echo+res.text, len(prompts[k].echo)
+			}
+			choice := completionChoice{Index: k*pl.n + i, Text: text, FinishReason: &res.reason}
+			if pl.logprobs {
+				choice.Logprobs = s.completionLogprobs(res.tokens, pl.topLP, offset)
+			}
+			choices = append(choices, choice)
+			total.add(usage(res.outcome), i == 0)
+		}
 	}
-	choice := completionChoice{Text: res.text, FinishReason: &res.reason}
-	if pl.logprobs {
-		choice.Logprobs = s.completionLogprobs(res.tokens, pl.topLP, 0)
-	}
-	u := usage(res.outcome)
 	writeJSON(w, http.StatusOK, openaiObject[completionChoice]{ID: id, Object: "text_completion", Created: time.Now().Unix(),
-		Model: s.cfg.ModelID, Choices: []completionChoice{choice}, Usage: &u})
+		Model: s.cfg.ModelID, SystemFingerprint: s.fingerprint, Choices: choices, Usage: &total})
+}
+
+// add sums usage over choices: the prompt counts once per prompt (first),
+// completions always.
+func (u *openaiUsage) add(o openaiUsage, first bool) {
+	if first {
+		u.PromptTokens += o.PromptTokens
+		u.PromptTokensDetails.CachedTokens += o.PromptTokensDetails.CachedTokens
+	}
+	u.CompletionTokens += o.CompletionTokens
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+}
+
+// completionInput is one prompt of /v1/completions: its tokens, its text
+// (when sent as text) and what echo repeats.
+type completionInput struct {
+	ids        []int32
+	text, echo string
+}
+
+// maxPrompts bounds the prompts of one /v1/completions request.
+const maxPrompts = 32
+
+// completionPrompts decodes a completionPrompt: one or more prompts, as
+// text or as token ids.
+func (s *Server) completionPrompts(raw json.RawMessage) ([]completionInput, error) {
+	if absent(raw) {
+		return nil, badRequest("prompt", "prompt is required")
+	}
+	var p completionPrompt
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, badRequest("prompt", "prompt must be a string, a list of strings, a list of token ids or a list of such lists")
+	}
+	n := max(len(p.Tokens), len(p.Texts))
+	if n == 0 {
+		return nil, badRequest("prompt", "prompt must not be an empty list")
+	}
+	if n > maxPrompts {
+		return nil, badRequest("prompt", "at most %d prompts per request, got %d", maxPrompts, n)
+	}
+	var out []completionInput
+	v := s.cfg.Model.VocabSize()
+	for _, ids := range p.Tokens {
+		echo := ""
+		if !slices.ContainsFunc(ids, func(id int32) bool { return id < 0 || int(id) >= v }) {
+			echo = s.cfg.Tokenizer.Decode(toInts(ids), false)
+		}
+		out = append(out, completionInput{ids: ids, echo: echo})
+	}
+	for _, t := range p.Texts {
+		ids, err := s.encodePromptChecked(t, true, "prompt")
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, completionInput{ids: ids, text: t, echo: t})
+	}
+	return out, nil
+}
+
+func toInts(ids []int32) []int {
+	out := make([]int, len(ids))
+	for i, v := range ids {
+		out[i] = int(v)
+	}
+	return out
+}
+
+// fimTokens are fill-in-the-middle markers (prefix, suffix, middle) of
+// the model families that have them, in prefix-suffix-middle order.
+var fimTokens = [][3]string{
+	{"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"}, // Qwen2.5-Coder, Qwen3
+	{"<fim_prefix>", "<fim_suffix>", "<fim_middle>"},       // StarCoder, Granite
+	{"<|fim_begin|>", "<|fim_hole|>", "<|fim_end|>"},
+}
+
+// applySuffix turns text prompts into fill-in-the-middle prompts with
+// the model's FIM tokens; a model without them is a 400 naming suffix.
+func (s *Server) applySuffix(prompts []completionInput, suffix string) error {
+	tok := s.cfg.Tokenizer
+	var fim [3]string
+	found := false
+	for _, f := range fimTokens {
+		_, a := tok.ID(f[0])
+		_, b := tok.ID(f[1])
+		_, c := tok.ID(f[2])
+		if a && b && c {
+			fim, found = f, true
+			break
+		}
+	}
+	if !found {
+		return badRequest("suffix", "suffix is unsupported: this model has no fill-in-the-middle tokens")
+	}
+	for i, p := range prompts {
+		if p.text == "" && len(p.ids) > 0 {
+			return badRequest("suffix", "suffix needs the prompt as text, not token ids")
+		}
+		text := fim[0] + p.text + fim[1] + suffix + fim[2]
+		ids, err := s.encodePromptChecked(text, true, "prompt")
+		if err != nil {
+			return err
+		}
+		prompts[i].ids, prompts[i].text = ids, text
+	}
+	return nil
 }
 
 // result is a finished generation's text, tokens and outcome.

@@ -103,16 +103,17 @@ const (
 // tool calls. Text that might be the start of a marker is held back until
 // the next piece settles it. Not safe for concurrent use.
 type outputParser struct {
-	f          outputFormat
-	tools      bool // the request offered tools: parse calls
-	state      int
-	buf        string
-	body       strings.Builder // the current tool call's text
-	afterThink bool            // trim the whitespace that follows a reasoning block
-	started    bool            // some content was emitted
-	llama      int             // llama3 syntax: 0 undecided, 1 buffering a call, 2 plain text
-	maxCalls   int             // calls kept (0: all); later ones are dropped
-	nCalls     int             // calls returned so far
+	f           outputFormat
+	tools       bool // the request offered tools: parse calls
+	state       int
+	buf         string
+	body        strings.Builder // the current tool call's text
+	afterThink  bool            // trim the whitespace that follows a reasoning block
+	started     bool            // some content was emitted
+	llama       int             // llama3 syntax: 0 undecided, 1 buffering a call, 2 plain text
+	maxCalls    int             // calls kept (0: all); later ones are dropped
+	inReasoning bool            // the output starts inside a reasoning block
+	nCalls      int             // calls returned so far
 }
 
 // keep trims calls to what maxCalls still allows.
@@ -125,11 +126,18 @@ func (p *outputParser) keep(calls []toolCall) []toolCall {
 }
 
 func newOutputParser(f outputFormat, tools, startInReasoning bool) *outputParser {
-	p := &outputParser{f: f, tools: tools}
+	p := &outputParser{f: f, tools: tools, inReasoning: startInReasoning}
 	if startInReasoning {
 		p.state = stReasoning
 	}
 	return p
+}
+
+// fresh is a new parser set up like p was (for the next choice).
+func (p *outputParser) fresh() *outputParser {
+	q := newOutputParser(p.f, p.tools, p.inReasoning)
+	q.maxCalls = p.maxCalls
+	return q
 }
 
 // heldSuffix is the length of the longest suffix of s that is a proper

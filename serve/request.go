@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"reflect"
 	"strconv"
 	"strings"
 
 	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/grammar"
 	"github.com/mlxgo/mlxgo/sampler"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
@@ -22,6 +24,10 @@ func readJSON(r *http.Request, v any) error {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
 			return &apiError{status: http.StatusRequestEntityTooLarge, message: fmt.Sprintf("the request body exceeds %d bytes", mb.Limit), typ: "invalid_request_error", code: "request_too_large"}
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return &apiError{status: http.StatusRequestTimeout, message: "the request body did not arrive in time", typ: "invalid_request_error", code: "request_timeout"}
 		}
 		return badRequest("", "reading the request body: %v", err)
 	}
@@ -43,7 +49,47 @@ func readJSON(r *http.Request, v any) error {
 			return badRequest("", "invalid request: %v", err)
 		}
 	}
+	if fc, ok := v.(fieldChecker); ok {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(body, &m) == nil {
+			return fc.checkFields(m)
+		}
+	}
 	return nil
+}
+
+// fieldChecker is a request body that refuses members the server does
+// not implement, instead of ignoring them: a client asking for them would
+// otherwise get a reply that silently lacks what it asked for.
+type fieldChecker interface {
+	checkFields(members map[string]json.RawMessage) error
+}
+
+// refuseFields is the 400 for the first of names present and not null.
+func refuseFields(m map[string]json.RawMessage, names ...string) error {
+	for _, n := range names {
+		if !absent(m[n]) {
+			return badRequest(n, "%s is not supported by this server", n)
+		}
+	}
+	return nil
+}
+
+func (*chatRequest) checkFields(m map[string]json.RawMessage) error {
+	if err := refuseFields(m, "functions", "function_call", "audio", "prediction", "web_search_options"); err != nil {
+		return err
+	}
+	if raw := m["modalities"]; !absent(raw) {
+		var mods []string
+		if json.Unmarshal(raw, &mods) != nil || len(mods) != 1 || mods[0] != "text" {
+			return badRequest("modalities", `modalities other than ["text"] are not supported`)
+		}
+	}
+	return nil
+}
+
+func (*messagesRequest) checkFields(m map[string]json.RawMessage) error {
+	return refuseFields(m, "mcp_servers", "container")
 }
 
 // jsonKind names the JSON kind a Go type decodes from, for error messages.
@@ -86,6 +132,7 @@ func parseStop(raw json.RawMessage, param string) ([]string, error) {
 
 // plan is a validated generation request.
 type plan struct {
+	n          int // choices (n), run one after another
 	prompt     []int32
 	promptText string
 	opts       generate.Options
@@ -171,16 +218,59 @@ func (s *Server) samplerParams(f *samplingFields) (sampler.Params, error) {
 	return p, nil
 }
 
+// maxChoices bounds n.
+const maxChoices = 16
+
+// choicePlan is the plan of choice i of an n > 1 request: the same, with
+// seed+i when seeded (so that the choices differ) and its own grammar
+// matcher.
+func (pl *plan) choicePlan(i int) *plan {
+	if i == 0 {
+		return pl
+	}
+	c := *pl
+	if sd := pl.opts.Sampler.Seed; sd != nil {
+		seed := *sd + uint64(i)
+		c.opts.Sampler.Seed = &seed
+	}
+	if m, ok := pl.opts.Grammar.(interface{ Fork() grammar.TokenMatcher }); ok {
+		if g, ok := m.Fork().(generate.Grammar); ok {
+			c.opts.Grammar = g
+		}
+	}
+	return &c
+}
+
+// checkRanges refuses sampling values outside the API's documented
+// ranges: temperature in [0, maxTemp] (OpenAI 2, Anthropic 1), top_p in
+// (0, 1].
+func checkRanges(f *samplingFields, maxTemp float64) error {
+	if t := f.Temperature; t != nil && (*t < 0 || *t > maxTemp) {
+		return badRequest("temperature", "temperature must be in [0, %g], got %v", maxTemp, *t)
+	}
+	if p := f.TopP; p != nil && (*p <= 0 || *p > 1) {
+		return badRequest("top_p", "top_p must be in (0, 1], got %v", *p)
+	}
+	return nil
+}
+
 // commonPlan validates the fields every OpenAI endpoint shares and fills
 // what it can of a plan (the prompt is set by the caller before).
 func (s *Server) commonPlan(f *samplingFields, pl *plan, logprobs bool, topLP int) error {
 	if err := s.checkModel(f.Model); err != nil {
 		return err
 	}
-	if f.N != nil && *f.N != 1 {
-		return badRequest("n", "only n = 1 is supported, got %d", *f.N)
+	pl.n = 1
+	if f.N != nil {
+		if *f.N < 1 || *f.N > maxChoices {
+			return badRequest("n", "n must be in [1, %d], got %d", maxChoices, *f.N)
+		}
+		pl.n = *f.N
 	}
 	pl.stream = f.Stream != nil && *f.Stream
+	if pl.stream && pl.n > 1 {
+		return badRequest("n", "n > 1 cannot be streamed; leave out stream or n")
+	}
 	if f.StreamOptions != nil {
 		if !pl.stream {
 			return badRequest("stream_options", "stream_options is only allowed when stream is true")
@@ -233,6 +323,42 @@ func (s *Server) commonPlan(f *samplingFields, pl *plan, logprobs bool, topLP in
 	pl.opts = generate.Options{MaxTokens: n, EOS: s.cfg.EOS, PrefillChunkSize: s.cfg.PrefillChunkSize,
 		Sampler: params, Grammar: g, Backend: s.cfg.Backend, Memory: s.cfg.Memory}
 	return nil
+}
+
+// precountChunk is the piece size encodePrompt counts an oversized
+// prompt's tokens in.
+const precountChunk = 64 << 10
+
+// errPromptTooLong is the 400 for a prompt that cannot fit the context.
+func (s *Server) errPromptTooLong(n int, param string) error {
+	return &apiError{status: http.StatusBadRequest, message: fmt.Sprintf("the prompt is at least %d tokens; the model's context is %d", n, s.cfg.ContextLength),
+		typ: "invalid_request_error", param: param, code: "context_length_exceeded"}
+}
+
+// encodePromptChecked is encodePrompt with bounded work for oversized
+// text: a text longer than a few chunks is first counted chunk by chunk
+// (cut at blanks), and refused as soon as the count passes the context by
+// more than the chunk boundaries could account for, so a 30 MB prompt
+// costs the tokenization of about the context's length, not of 30 MB.
+func (s *Server) encodePromptChecked(text string, addSpecial bool, param string) ([]int32, error) {
+	c := s.cfg.ContextLength
+	if c > 0 && len(text) > 4*precountChunk && len(text) > 2*c {
+		n, chunks := 0, 0
+		for rest := text; rest != ""; chunks++ {
+			cut := min(len(rest), precountChunk)
+			if cut < len(rest) {
+				if i := strings.LastIndexAny(rest[:cut], " \n"); i > cut/2 {
+					cut = i + 1
+				}
+			}
+			n += len(s.cfg.Tokenizer.Encode(rest[:cut], false))
+			rest = rest[cut:]
+			if n > c+16*(chunks+1) {
+				return nil, s.errPromptTooLong(n-16*(chunks+1), param)
+			}
+		}
+	}
+	return s.encodePrompt(text, addSpecial), nil
 }
 
 // encodePrompt tokenizes rendered text; like mlx-lm, BOS is added only when

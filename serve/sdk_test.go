@@ -146,6 +146,7 @@ func TestOfficialSDKs(t *testing.T) {
 			Input      map[string]any
 		}
 		BadRequest map[string]any
+		N2         []int
 	}
 	if err := json.Unmarshal(raw, &out); err != nil {
 		t.Fatalf("node output %q: %v", raw, err)
@@ -201,5 +202,6 @@ func TestOfficialSDKs(t *testing.T) {
 	check("anthropic tool answer", out.Anth2, struct{ Text, Stop string }{"It is sunny in Paris.", "end_turn"})
 	check("anthropic streamed tool_use", out.AnthStreamTool.Name+"/"+out.AnthStreamTool.Stop, "get_weather/tool_use")
 	check("anthropic streamed tool input", out.AnthStreamTool.Input, map[string]any{"city": "Paris"})
-	check("n=2 rejected", out.BadRequest["status"], float64(400))
+	check("n=2 choices", out.N2, []int{0, 1})
+	check("temperature 3 rejected", out.BadRequest, map[string]any{"status": float64(400), "param": "temperature"})
 }

@@ -1,14 +1,18 @@
 package serve
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -131,6 +135,27 @@ type Config struct {
 	// MaxBodyBytes bounds a request body (0: DefaultMaxBodyBytes); larger
 	// bodies get 413.
 	MaxBodyBytes int64
+	// AnyModelName accepts whatever model name a request gives (for
+	// tools that hard-code one), as llama-server does.
+	AnyModelName bool
+	// APIKeys, when any are set, are required on every route but /health,
+	// as "Authorization: Bearer KEY" (OpenAI) or "x-api-key: KEY"
+	// (Anthropic); a request without one gets 401.
+	APIKeys []string
+	// AllowedOrigins are the browser origins (scheme://host[:port]) that
+	// may call the server cross-origin ("*": any); a request with another
+	// Origin header gets 403. None by default.
+	AllowedOrigins []string
+	// AllowedHosts, when set, are the only Host header values (port
+	// aside) the server answers; "*" allows any. Servers bound to
+	// loopback should set LoopbackHosts, against DNS rebinding.
+	AllowedHosts []string
+	// BodyTimeout bounds reading a request body (0: DefaultBodyTimeout);
+	// a slower body gets 408 and the connection is closed.
+	BodyTimeout time.Duration
+	// WriteTimeout bounds each write of a response (0:
+	// DefaultWriteTimeout): a client that stops reading is cut off.
+	WriteTimeout time.Duration
 	// ToolFormat forces the tool-call syntax ("hermes", "gemma4",
 	// "llama3"); "" detects it from the vocabulary and template.
 	ToolFormat string
@@ -150,6 +175,9 @@ type Server struct {
 	gramMu  sync.Mutex
 	gram    *grammarVocab
 	tools   toolCompilers
+	metrics metrics
+	// fingerprint is system_fingerprint: the model id and backend, hashed.
+	fingerprint string
 }
 
 // New starts a server's engine goroutine. The caller keeps ownership of
@@ -173,6 +201,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ModelID == "" {
 		cfg.ModelID = "default_model"
 	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger, created: time.Now().Unix()}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -182,6 +216,12 @@ func New(cfg Config) (*Server, error) {
 		src = cfg.Template.Source()
 	}
 	s.format = detectFormat(cfg.ToolFormat, cfg.Tokenizer, src)
+	be := ""
+	if cfg.Backend != nil {
+		be = cfg.Backend.Name()
+	}
+	sum := sha256.Sum256([]byte(cfg.ModelID + "\x00" + be))
+	s.fingerprint = "fp_" + hex.EncodeToString(sum[:5])
 	s.eng = newEngine(&s.cfg, s.log)
 	s.routes()
 	return s, nil
@@ -194,7 +234,12 @@ func (s *Server) Close() { s.eng.close() }
 // ServeHTTP dispatches a request, recovering from panics so that one bad
 // request never takes the server down.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rw := &trackingWriter{ResponseWriter: w}
+	rw := &trackingWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
+	rid := r.Header.Get("X-Request-Id")
+	if !validRequestID(rid) {
+		rid = newCallID("req_")
+	}
+	w.Header().Set("X-Request-Id", rid)
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
@@ -206,18 +251,58 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
-	r.Body = http.MaxBytesReader(rw, r.Body, s.cfg.MaxBodyBytes)
 	start := time.Now()
+	if !s.guard(rw, r) {
+		s.metrics.request(r.URL.Path, rw.status, time.Since(start))
+		return
+	}
+	// The body must arrive within BodyTimeout; the deadline is lifted once
+	// it has (a deadline left set would cancel a long generation).
+	_ = rw.rc.SetReadDeadline(start.Add(s.cfg.BodyTimeout))
+	r.Body = &deadlineBody{ReadCloser: http.MaxBytesReader(rw, r.Body, s.cfg.MaxBodyBytes), clear: func() { _ = rw.rc.SetReadDeadline(time.Time{}) }}
 	s.mux.ServeHTTP(rw, r)
-	s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rw.status, "ms", time.Since(start).Milliseconds())
+	s.metrics.request(r.URL.Path, rw.status, time.Since(start))
+	s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rw.status, "ms", time.Since(start).Milliseconds(), "request_id", rid)
+}
+
+// validRequestID accepts a client's X-Request-Id when it is short and
+// plain, so that it can be echoed and logged safely.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// deadlineBody lifts the body's read deadline once it is read to its end
+// (or fails).
+type deadlineBody struct {
+	io.ReadCloser
+	once  sync.Once
+	clear func()
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.once.Do(b.clear)
+	}
+	return n, err
 }
 
 // trackingWriter remembers whether the response started (a panic after
 // that cannot send an error status) and passes Flush through.
 type trackingWriter struct {
 	http.ResponseWriter
-	wrote  bool
-	status int
+	rc      *http.ResponseController
+	timeout time.Duration // per write
+	wrote   bool
+	status  int
 }
 
 func (t *trackingWriter) WriteHeader(code int) {
@@ -231,11 +316,13 @@ func (t *trackingWriter) Write(b []byte) (int, error) {
 	if !t.wrote {
 		t.wrote, t.status = true, http.StatusOK
 	}
+	_ = t.rc.SetWriteDeadline(time.Now().Add(t.timeout))
 	return t.ResponseWriter.Write(b)
 }
 
 // Flush sends buffered stream data to the client.
 func (t *trackingWriter) Flush() {
+	_ = t.rc.SetWriteDeadline(time.Now().Add(t.timeout))
 	if f, ok := t.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
@@ -251,12 +338,14 @@ func (s *Server) routes() {
 	m.HandleFunc("/v1/completions", s.only("POST", s.handleCompletions))
 	m.HandleFunc("/completions", s.only("POST", s.handleCompletions))
 	m.HandleFunc("/v1/messages", s.only("POST", s.handleMessages))
+	m.HandleFunc("/v1/messages/count_tokens", s.only("POST", s.handleCountTokens))
 	m.HandleFunc("/v1/models", s.only("GET", s.handleModels))
 	m.HandleFunc("/v1/models/{id...}", s.only("GET", s.handleModel))
 	m.HandleFunc("/health", s.only("GET", s.handleHealth))
 	m.HandleFunc("/stats", s.only("GET", s.handleStats))
+	m.HandleFunc("/metrics", s.only("GET", s.handleMetrics))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown route %s %s", r.Method, r.URL.Path), "invalid_request_error", "", "not_found")
+		s.fail(w, r, &apiError{status: http.StatusNotFound, message: fmt.Sprintf("unknown route %s %s", r.Method, r.URL.Path), typ: "invalid_request_error", code: "not_found"})
 	})
 	s.mux = m
 }
@@ -267,7 +356,7 @@ func (s *Server) only(method string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method && !(method == "GET" && r.Method == "HEAD") {
 			w.Header().Set("Allow", method)
-			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s (use %s)", r.Method, r.URL.Path, method), "invalid_request_error", "", "method_not_allowed")
+			s.fail(w, r, &apiError{status: http.StatusMethodNotAllowed, message: fmt.Sprintf("method %s not allowed on %s (use %s)", r.Method, r.URL.Path, method), typ: "invalid_request_error", code: "method_not_allowed"})
 			return
 		}
 		h(w, r)
@@ -310,7 +399,14 @@ func (s *Server) writeAPIError(w http.ResponseWriter, err error) {
 	if ae.status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", "1")
 	}
-	writeError(w, ae.status, ae.message, ae.typ, ae.param, ae.code)
+	if ae.status == http.StatusRequestTimeout {
+		w.Header().Set("Connection", "close")
+	}
+	msg := ae.message
+	if ae.status >= 500 {
+		msg = scrubPaths(msg)
+	}
+	writeError(w, ae.status, msg, ae.typ, ae.param, ae.code)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -327,7 +423,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // checkModel accepts the served model's id, an alias, its folder's base
 // name, or an empty name.
 func (s *Server) checkModel(name string) error {
-	if name == "" || name == s.cfg.ModelID || name == "default_model" || filepath.Base(s.cfg.ModelID) == name {
+	if s.cfg.AnyModelName || name == "" || name == s.cfg.ModelID || name == "default_model" || filepath.Base(s.cfg.ModelID) == name {
 		return nil
 	}
 	for _, a := range s.cfg.Aliases {
@@ -338,12 +434,36 @@ func (s *Server) checkModel(name string) error {
 	return &apiError{status: http.StatusNotFound, message: fmt.Sprintf("the model %q does not exist (this server serves %q)", name, s.cfg.ModelID), typ: "invalid_request_error", param: "model", code: "model_not_found"}
 }
 
-func (s *Server) modelObject() modelObject {
-	return modelObject{ID: s.cfg.ModelID, Object: "model", Created: s.created, OwnedBy: "mlxgo"}
+// modelNames are the names /v1/models lists: the id, then the aliases.
+func (s *Server) modelNames() []string {
+	names := []string{s.cfg.ModelID}
+	for _, a := range s.cfg.Aliases {
+		if a != "" && !slices.Contains(names, a) {
+			names = append(names, a)
+		}
+	}
+	return names
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: []modelObject{s.modelObject()}})
+	names := s.modelNames()
+	if anthropicClient(r) {
+		list := anthropicModelList{Data: []anthropicModel{}, FirstID: names[0], LastID: names[len(names)-1]}
+		for _, n := range names {
+			list.Data = append(list.Data, s.anthropicModel(n))
+		}
+		writeJSON(w, http.StatusOK, list)
+		return
+	}
+	list := modelList{Object: "list"}
+	for _, n := range names {
+		list.Data = append(list.Data, modelObject{ID: n, Object: "model", Created: s.created, OwnedBy: "mlxgo"})
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (s *Server) anthropicModel(name string) anthropicModel {
+	return anthropicModel{Type: "model", ID: name, DisplayName: name, CreatedAt: time.Unix(s.created, 0).UTC().Format(time.RFC3339)}
 }
 
 func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
@@ -352,10 +472,14 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 		if err == nil {
 			err = &apiError{status: http.StatusNotFound, message: "no model id given", typ: "invalid_request_error", param: "model", code: "model_not_found"}
 		}
-		s.writeAPIError(w, err)
+		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.modelObject())
+	if anthropicClient(r) {
+		writeJSON(w, http.StatusOK, s.anthropicModel(id))
+		return
+	}
+	writeJSON(w, http.StatusOK, modelObject{ID: id, Object: "model", Created: s.created, OwnedBy: "mlxgo"})
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {

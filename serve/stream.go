@@ -55,7 +55,7 @@ func (e *sse) streamError(err error) {
 		ae = genError(err)
 	}
 	var body openaiError
-	body.Error.Message, body.Error.Type = ae.message, ae.typ
+	body.Error.Message, body.Error.Type = scrubPaths(ae.message), ae.typ
 	_ = e.send("", body)
 }
 
@@ -66,8 +66,8 @@ type openaiStream[C any] struct {
 	head openaiObject[C]
 }
 
-func newOpenAIStream[C any](w http.ResponseWriter, id, object, model string) *openaiStream[C] {
-	return &openaiStream[C]{sse: newSSE(w), head: openaiObject[C]{ID: id, Object: object, Created: time.Now().Unix(), Model: model}}
+func newOpenAIStream[C any](w http.ResponseWriter, id, object, model, fingerprint string) *openaiStream[C] {
+	return &openaiStream[C]{sse: newSSE(w), head: openaiObject[C]{ID: id, Object: object, Created: time.Now().Unix(), Model: model, SystemFingerprint: fingerprint}}
 }
 
 // choice sends a chunk of one choice.
@@ -102,7 +102,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pl *plan, pa
 		s.writeAPIError(w, err)
 		return
 	}
-	out := newOpenAIStream[chatChunkChoice](w, id, "chat.completion.chunk", s.cfg.ModelID)
+	out := newOpenAIStream[chatChunkChoice](w, id, "chat.completion.chunk", s.cfg.ModelID, s.fingerprint)
 	send := func(delta chatDelta, finish *string, logprobs *chatLogprobs) error {
 		return out.choice(chatChunkChoice{Delta: delta, Logprobs: logprobs, FinishReason: finish})
 	}
@@ -160,15 +160,21 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pl *plan, pa
 	}
 }
 
-func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, pl *plan, id string) {
+func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, pl *plan, id, echo string) {
 	ctx := r.Context()
 	j, err := s.start(ctx, pl)
 	if err != nil {
 		s.writeAPIError(w, err)
 		return
 	}
-	out := newOpenAIStream[completionChoice](w, id, "text_completion", s.cfg.ModelID)
+	out := newOpenAIStream[completionChoice](w, id, "text_completion", s.cfg.ModelID, s.fingerprint)
 	offset := 0
+	if echo != "" {
+		if out.choice(completionChoice{Text: echo}) != nil {
+			return
+		}
+		offset = len(echo)
+	}
 	for ev := range events(ctx, j) {
 		if ev.text != "" || (pl.logprobs && len(ev.tokens) > 0) {
 			c := completionChoice{Text: ev.text}

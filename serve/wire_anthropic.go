@@ -227,3 +227,24 @@ type anthropicError struct {
 		Message string `json:"message"`
 	} `json:"error"`
 }
+
+// anthropicModel is a model as Anthropic's models API describes it.
+type anthropicModel struct {
+	Type        string `json:"type"` // "model"
+	ID          string `json:"id"`
+	DisplayName string `json:"display_name"`
+	CreatedAt   string `json:"created_at"` // RFC 3339
+}
+
+// anthropicModelList is GET /v1/models' body for Anthropic clients.
+type anthropicModelList struct {
+	Data    []anthropicModel `json:"data"`
+	HasMore bool             `json:"has_more"`
+	FirstID string           `json:"first_id"`
+	LastID  string           `json:"last_id"`
+}
+
+// countTokensResponse is POST /v1/messages/count_tokens' body.
+type countTokensResponse struct {
+	InputTokens int `json:"input_tokens"`
+}

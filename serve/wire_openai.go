@@ -80,6 +80,11 @@ type completionRequest struct {
 	// Logprobs is the legacy form: how many top alternatives per token.
 	Logprobs *int  `json:"logprobs"`
 	Echo     *bool `json:"echo"`
+	// Suffix is the text after the completion: fill-in-the-middle with
+	// the model's FIM tokens.
+	Suffix *string `json:"suffix"`
+	// BestOf is accepted only equal to n (no ranking).
+	BestOf *int `json:"best_of"`
 }
 
 // messageContent is a chat message's content: a string, or a list of
@@ -272,7 +277,9 @@ type openaiObject[C any] struct {
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	Model   string `json:"model"`
-	Choices []C    `json:"choices"`
+	// SystemFingerprint names the model and backend that answered.
+	SystemFingerprint string `json:"system_fingerprint,omitempty"`
+	Choices           []C    `json:"choices"`
 	// Usage is always set on a completion; in a stream only the last
 	// chunk has it (with no choices), when stream_options.include_usage
 	// asks for it.

@@ -93,8 +93,10 @@ async function main() {
   const tu3 = f3.content.find(b => b.type === 'tool_use');
   out.anthStreamTool = { stop: f3.stop_reason, name: tu3 && tu3.name, input: tu3 && tu3.input };
 
+  const n2 = await c.chat.completions.create({ ...greedy, max_tokens: 4, n: 2 });
+  out.n2 = n2.choices.map(ch => ch.index);
   try {
-    await c.chat.completions.create({ ...greedy, n: 2 });
+    await c.chat.completions.create({ ...greedy, temperature: 3 });
     out.badRequest = 'accepted';
   } catch (e) {
     out.badRequest = { status: e.status, param: e.param };

@@ -29,6 +29,7 @@ func init() {
 // genFlags are the generate verb's flags.
 type genFlags struct {
 	dir, promptIDs, prompt, system, backend, kvConfig string
+	kvQuant                                           string
 	maxTokens, chunk, chunkOld, topK, logprobs        int
 	kvBits, kvGroup, kvStart                          int
 	temp, topP, minP, repPenalty                      float64
@@ -67,6 +68,7 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fl.IntVar(&f.kvGroup, "kv-group-size", generate.DefaultKVGroupSize, "KV quantization group size")
 	fl.IntVar(&f.kvStart, "quantized-kv-start", generate.DefaultQuantizedKVStart, "context length from which the KV cache is quantized")
 	fl.StringVar(&f.kvConfig, "kv-config", "", "kv_config.json with per-layer KV bits and group sizes")
+	addKVQuantFlag(fl, &f.kvQuant)
 	fl.StringVar(&f.backend, "backend", "auto", "compute backend: cpu, mlx, or auto (mlx when MLX has a GPU device, else cpu)")
 	fl.BoolVar(&f.ignoreEOS, "ignore-eos", false, "keep going past end-of-sequence tokens")
 	fl.BoolVar(&f.copyWeights, "copy-weights", false, "copy weights into memory instead of mapping the files")
@@ -118,6 +120,9 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	opts := &generate.Options{MaxTokens: f.maxTokens, PrefillChunkSize: f.chunk, Sampler: params,
 		KVBits: f.kvBits, KVGroupSize: f.kvGroup, QuantizedKVStart: f.kvStart}
+	if opts.KVQuant, err = parseKVQuantFlag(f.kvQuant, f.kvBits, f.kvConfig); err != nil {
+		return err
+	}
 	if f.kvConfig != "" {
 		cfg, err := kv.ReadKVConfig(f.kvConfig)
 		if err != nil {
@@ -141,6 +146,9 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer m.Close()
+	if err := checkKVQuant(m, opts.KVQuant); err != nil {
+		return err
+	}
 	opts.Backend = be
 	info := m.Info()
 	if !f.ignoreEOS {

@@ -21,8 +21,11 @@ type ScoreResult struct {
 	// token distribution against an unquantized run of the same model;
 	// 0 without a reference.
 	KL float64
-	// KVBytes is the memory the scored run's caches held at the end.
-	KVBytes int
+	// KVBytes is the memory the scored run's caches held at the end
+	// (capacity included), LiveKVBytes the part holding tokens (the
+	// caches' states): over the Tokens they hold, the scheme's bytes per
+	// token.
+	KVBytes, LiveKVBytes int
 }
 
 // Score runs ids through m as a prompt is prefilled — chunks of
@@ -101,7 +104,18 @@ func Score(ctx context.Context, m Model, ids []int32, opts *Options, ref bool) (
 		}
 	}
 	res.KVBytes = cachesBytes(caches)
-	return res, nil
+	err = tensor.Try(func() {
+		for _, c := range caches {
+			if c != nil {
+				st := c.State()
+				for _, a := range st.Arrays {
+					res.LiveKVBytes += a.NBytes()
+				}
+				st.Free()
+			}
+		}
+	})
+	return res, err
 }
 
 // samplerDefaults are the zero sampling parameters (greedy); Score

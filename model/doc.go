@@ -2,7 +2,7 @@
 //
 // Llama 3, Qwen3, Qwen3-MoE and Gemma 4 have their own files; the
 // Llama-shaped families Mistral, Ministral, Qwen2, Phi-3, SmolLM3,
-// OLMo 2, Granite, Starcoder2, Gemma, Gemma 3 and GLM-4 run on one
+// OLMo 2, Granite, Starcoder2, Gemma, Gemma 3, GLM-4 and GLM-4.5 (MoE) run on one
 // descriptor-driven implementation (generic.go), which refuses a
 // checkpoint holding a tensor it does not read. A model_type no file
 // registers is refused at load, naming it and listing those that are.

@@ -58,8 +58,11 @@ type family struct {
 	gemmaEmbed                         bool // embeddings × √hidden
 	// windowAll: sliding_window, when set, applies to every layer of a
 	// config without layer_types (Mistral, Phi-3, Starcoder2)
-	windowAll    bool
-	traditional  bool // rope rotates interleaved pairs (GLM-4)
+	windowAll   bool
+	traditional bool // rope rotates interleaved pairs (GLM-4)
+	// routedMoE: layers from first_k_dense_replace on are DeepSeek-style
+	// MoE blocks (GLM-4.5); use_qk_norm switches the per-head q/k norms on
+	routedMoE    bool
 	defaultTheta float64
 	defaultAct   string
 }
@@ -108,6 +111,10 @@ var families = []*family{
 		f.name, f.modelTypes, f.architectures = "glm4", []string{"glm4"}, []string{"Glm4ForCausalLM"}
 		f.fusedGateUp, f.traditional = true, true
 	}),
+	fam(llamaNorms, func(f *family) {
+		f.name, f.modelTypes, f.architectures = "glm4_moe", []string{"glm4_moe"}, []string{"Glm4MoeForCausalLM"}
+		f.routedMoE = true
+	}),
 }
 
 func init() {
@@ -152,6 +159,18 @@ type genericConfig struct {
 	PartialRotary      *float64 `json:"partial_rotary_factor"`
 	OrigMaxPos         int      `json:"original_max_position_embeddings"`
 	RopeLocalBase      *float64 `json:"rope_local_base_freq"`
+
+	// GLM-4.5's MoE (the router of mlaMoE)
+	UseQKNorm   bool    `json:"use_qk_norm"`
+	Routed      int     `json:"n_routed_experts"`
+	SharedN     int     `json:"n_shared_experts"`
+	TopK        int     `json:"num_experts_per_tok"`
+	Groups      int     `json:"n_group"`
+	TopKGroup   int     `json:"topk_group"`
+	NormTopK    bool    `json:"norm_topk_prob"`
+	RoutedScale float64 `json:"routed_scaling_factor"`
+	FirstDense  int     `json:"first_k_dense_replace"`
+	MoEInter    int     `json:"moe_intermediate_size"`
 }
 
 // Generic is a model of the generic dense tier.
@@ -205,6 +224,11 @@ type genericAttention struct {
 	QNormAll, KNormAll      normer   // over the whole projection, or nil
 	rope                    *ropeSpec
 }
+
+// routedBlock is an mlaMoE as a block's feed-forward.
+type routedBlock struct{ m *mlaMoE }
+
+func (r routedBlock) Forward(x *tensor.Array) *tensor.Array { return r.m.forward(x) }
 
 // plainMLP is Starcoder2's feed-forward: proj(act(fc(x))).
 type plainMLP struct {
@@ -294,7 +318,7 @@ func genericRopes(c *Config, cfg *genericConfig, defaultTheta float64) (map[stri
 }
 
 func newGeneric(c *Config, w *Weights, f *family) (Architecture, error) {
-	var cfg genericConfig
+	cfg := genericConfig{Groups: 1, TopKGroup: 1, RoutedScale: 1}
 	if err := c.Decode(&cfg); err != nil {
 		return nil, err
 	}
@@ -415,7 +439,11 @@ func newGeneric(c *Config, w *Weights, f *family) (Architecture, error) {
 			a.Q, a.K, a.V = lin(p+"self_attn.q_proj", d, qn), lin(p+"self_attn.k_proj", d, kn), lin(p+"self_attn.v_proj", d, kn)
 		}
 		a.O = lin(p+"self_attn.o_proj", qn, d)
-		switch f.qkNorm {
+		qk := f.qkNorm
+		if f.routedMoE && cfg.UseQKNorm {
+			qk = qkPerHead
+		}
+		switch qk {
 		case qkPerHead:
 			a.QNorm = asRMS(norm(p+"self_attn.q_norm", hd))
 			a.KNorm = asRMS(norm(p+"self_attn.k_norm", hd))
@@ -454,6 +482,18 @@ func newGeneric(c *Config, w *Weights, f *family) (Architecture, error) {
 		}
 		b.attn = a
 		switch {
+		case f.routedMoE && cfg.Routed > 0 && i >= cfg.FirstDense:
+			if cfg.Groups <= 0 || cfg.Routed%cfg.Groups != 0 || cfg.TopKGroup > cfg.Groups || cfg.TopK <= 0 {
+				return nil, fmt.Errorf("%w: config.json: %d experts in %d groups, top %d groups, top %d", ErrCheckpoint, cfg.Routed, cfg.Groups, cfg.TopKGroup, cfg.TopK)
+			}
+			sm := w.SparseMoE(p+"mlp", d, cfg.MoEInter, cfg.Routed, cfg.TopK, cfg.NormTopK)
+			mo := &mlaMoE{Router: sm.Router, Experts: sm.Experts, topK: cfg.TopK, groups: cfg.Groups, topKGroup: cfg.TopKGroup, norm: cfg.NormTopK, scale: cfg.RoutedScale}
+			bias := w.Tensor(p+"mlp.gate.e_score_correction_bias", cfg.Routed)
+			mo.Bias = w.Own(tensor.WithScope(func() []*tensor.Array { return []*tensor.Array{tensor.AsType(bias, tensor.Float32)} })[0])
+			if cfg.SharedN > 0 {
+				mo.Shared = w.MLP(p+"mlp.shared_experts", d, cfg.MoEInter*cfg.SharedN)
+			}
+			b.mlp = routedBlock{mo}
 		case f.plainMLP:
 			b.mlp = &plainMLP{FC: lin(p+"mlp.c_fc", d, cfg.Intermediate), Proj: lin(p+"mlp.c_proj", cfg.Intermediate, d), act: act}
 		case f.fusedGateUp:

@@ -8,8 +8,10 @@ import (
 	"testing"
 )
 
-// TestMalformedRequests: each bad request gets the right status and an
-// OpenAI-shaped error, and the server stays healthy.
+// TestMalformedRequests: each bad or hostile request gets the right
+// status and the error object of its route's API (Anthropic's on
+// /v1/messages*, OpenAI's elsewhere, with the right param), and the server
+// stays healthy.
 func TestMalformedRequests(t *testing.T) {
 	d := loadDemo(t)
 	cfg := d.config()
@@ -21,7 +23,7 @@ func TestMalformedRequests(t *testing.T) {
 	cases := []struct {
 		name, method, path, body string
 		status                   int
-		param                    string
+		param                    string // OpenAI's error.param; on Anthropic routes, error.type
 	}{
 		{"bad json", "POST", chat, `{"messages":`, 400, ""},
 		{"empty body", "POST", chat, ``, 400, ""},
@@ -76,15 +78,43 @@ func TestMalformedRequests(t *testing.T) {
 		{"GET chat", "GET", chat, ``, 405, ""},
 		{"DELETE models", "DELETE", "/v1/models", ``, 405, ""},
 		{"body too large", "POST", chat, `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}`, 413, ""},
-	}
-	anthropicCases := []struct {
-		name, body string
-		status     int
-	}{
-		{"anthropic no max_tokens", `{"messages":[{"role":"user","content":"hi"}]}`, 400},
-		{"anthropic bad role", `{"max_tokens":5,"messages":[{"role":"system","content":"hi"}]}`, 400},
-		{"anthropic image block", `{"max_tokens":5,"messages":[{"role":"user","content":[{"type":"image"}]}]}`, 400},
-		{"anthropic bad json", `{"max_tokens":`, 400},
+		{"temperature 2.5", "POST", chat, `{` + okMsgs + `,"temperature":2.5}`, 400, "temperature"},
+		{"top_p 0", "POST", chat, `{` + okMsgs + `,"top_p":0}`, 400, "top_p"},
+		{"completion temperature 3", "POST", comp, `{"prompt":"a","temperature":3}`, 400, "temperature"},
+		{"tool_choice required without tools", "POST", chat, `{` + okMsgs + `,"tool_choice":"required"}`, 400, "tool_choice"},
+		{"tool_choice required with response_format", "POST", chat, `{` + okMsgs + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required","response_format":{"type":"json_object"}}`, 400, "tool_choice"},
+		{"tool_choice bogus string", "POST", chat, `{` + okMsgs + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"always"}`, 400, "tool_choice"},
+		{"parallel_tool_calls string", "POST", chat, `{` + okMsgs + `,"parallel_tool_calls":"no"}`, 400, "parallel_tool_calls"},
+		{"functions", "POST", chat, `{` + okMsgs + `,"functions":[{"name":"f"}]}`, 400, "functions"},
+		{"audio", "POST", chat, `{` + okMsgs + `,"audio":{"voice":"alloy"}}`, 400, "audio"},
+		{"n 2 streamed", "POST", chat, `{` + okMsgs + `,"n":2,"stream":true}`, 400, "n"},
+		{"n 0", "POST", chat, `{` + okMsgs + `,"n":0}`, 400, "n"},
+		{"suffix without FIM tokens", "POST", comp, `{"prompt":"def f(","suffix":"return x"}`, 400, "suffix"},
+		{"best_of 3", "POST", comp, `{"prompt":"a","best_of":3}`, 400, "best_of"},
+		{"echo with logprobs", "POST", comp, `{"prompt":"a","echo":true,"logprobs":2}`, 400, "echo"},
+		{"empty prompt list", "POST", comp, `{"prompt":[]}`, 400, "prompt"},
+		{"too many prompts", "POST", comp, `{"prompt":[` + strings.TrimSuffix(strings.Repeat(`"a",`, 40), ",") + `]}`, 400, "prompt"},
+		{"streamed prompt list", "POST", comp, `{"prompt":["a","b"],"stream":true}`, 400, "prompt"},
+		{"unknown GET route", "GET", "/v1/files", ``, 404, ""},
+		{"anthropic no max_tokens", "POST", msgs, `{"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_request_error"},
+		{"anthropic bad role", "POST", msgs, `{"max_tokens":5,"messages":[{"role":"system","content":"hi"}]}`, 400, "invalid_request_error"},
+		{"anthropic image block", "POST", msgs, `{"max_tokens":5,"messages":[{"role":"user","content":[{"type":"image"}]}]}`, 400, "invalid_request_error"},
+		{"anthropic bad json", "POST", msgs, `{"max_tokens":`, 400, "invalid_request_error"},
+		{"anthropic temperature 1.5", "POST", msgs, `{"max_tokens":5,"temperature":1.5,"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_request_error"},
+		{"anthropic top_p 0", "POST", msgs, `{"max_tokens":5,"top_p":0,"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_request_error"},
+		{"anthropic top_k negative", "POST", msgs, `{"max_tokens":5,"top_k":-1,"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_request_error"},
+		{"anthropic tool_choice unknown type", "POST", msgs, `{"max_tokens":5,"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":{"type":"sometimes"},"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_request_error"},
+		{"anthropic tool_choice tool without name", "POST", msgs, `{"max_tokens":5,"tools":[{"name":"f"}],"tool_choice":{"type":"tool"},"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_request_error"},
+		{"anthropic tool_choice any without tools", "POST", msgs, `{"max_tokens":5,"tool_choice":{"type":"any"},"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_request_error"},
+		{"anthropic tool_choice names a missing tool", "POST", msgs, `{"max_tokens":5,"tools":[{"name":"f"}],"tool_choice":{"type":"tool","name":"g"},"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_request_error"},
+		{"anthropic mcp_servers", "POST", msgs, `{"max_tokens":5,"mcp_servers":[{"url":"x"}],"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_request_error"},
+		{"anthropic unknown model", "POST", msgs, `{"model":"claude-9","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, 404, "not_found_error"},
+		{"anthropic GET", "GET", msgs, ``, 405, "invalid_request_error"},
+		{"anthropic unknown subroute", "POST", msgs + "/batches", `{}`, 404, "not_found_error"},
+		{"anthropic body too large", "POST", msgs, `{"max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}`, 413, "request_too_large"},
+		{"count_tokens bad json", "POST", msgs + "/count_tokens", `{"messages":`, 400, "invalid_request_error"},
+		{"count_tokens no messages", "POST", msgs + "/count_tokens", `{}`, 400, "invalid_request_error"},
+		{"count_tokens GET", "GET", msgs + "/count_tokens", ``, 405, "invalid_request_error"},
 	}
 	for _, c := range cases {
 		req, _ := http.NewRequest(c.method, hs.URL+c.path, strings.NewReader(c.body))
@@ -97,6 +127,19 @@ func TestMalformedRequests(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != c.status {
 			t.Errorf("%s: status %d, want %d (%s)", c.name, resp.StatusCode, c.status, raw)
+			continue
+		}
+		if anthropicRoute(c.path) {
+			var e struct {
+				Type  string `json:"type"`
+				Error *struct {
+					Type    string `json:"type"`
+					Message string `json:"message"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(raw, &e); err != nil || e.Type != "error" || e.Error == nil || e.Error.Message == "" || e.Error.Type != c.param {
+				t.Errorf("%s: not an Anthropic %s error: %s", c.name, c.param, raw)
+			}
 			continue
 		}
 		var e struct {
@@ -122,14 +165,7 @@ func TestMalformedRequests(t *testing.T) {
 			t.Errorf("%s: param %q, want %q (%s)", c.name, got, c.param, raw)
 		}
 	}
-	for _, c := range anthropicCases {
-		code, out := post(t, hs.URL+msgs, c.body)
-		e, _ := out["error"].(map[string]any)
-		if code != c.status || out["type"] != "error" || e["type"] != "invalid_request_error" || e["message"] == "" {
-			t.Errorf("%s: %d %v", c.name, code, out)
-		}
-	}
-	if n := len(cases) + len(anthropicCases); n < 30 {
+	if n := len(cases); n < 60 {
 		t.Fatalf("only %d cases", n)
 	}
 	resp, err := http.Get(hs.URL + "/health")

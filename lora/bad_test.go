@@ -156,3 +156,40 @@ func TestSelectionErrors(t *testing.T) {
 		t.Error("Unmount of an id never mounted reported true")
 	}
 }
+
+func TestSpecAndKey(t *testing.T) {
+	if got := lora.ParseSet("a+b"); len(got) != 2 || got[0] != "a" || got[1] != "b" {
+		t.Errorf("ParseSet(a+b) = %v", got)
+	}
+	for _, s := range []string{"", "none"} {
+		if got := lora.ParseSet(s); got != nil {
+			t.Errorf("ParseSet(%q) = %v, want the base (nil)", s, got)
+		}
+	}
+	m, err := lora.Open(fixture("llama3"), nil, adapterDir("llama3", "a_peft"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	h := m.Host()
+	if err := h.Check([]string{"a_peft", "x"}); err == nil || !strings.Contains(err.Error(), `"x"`) {
+		t.Errorf("Check with an unknown id: %v", err)
+	}
+	k1, err := h.Key([]string{"a_peft"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mt, _ := h.Mounted("a_peft")
+	a := mt.Adapter
+	h.Unmount("a_peft")
+	if _, err := h.Mount("a_peft", a); err != nil {
+		t.Fatal(err)
+	}
+	k2, _ := h.Key([]string{"a_peft"})
+	if k1 == k2 || !strings.HasPrefix(k1, "a_peft#") {
+		t.Errorf("keys before and after remounting: %q, %q (want distinct, a_peft#N)", k1, k2)
+	}
+	if k, _ := h.Key(nil); k != "" {
+		t.Errorf("base key %q, want empty", k)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/mlxgo/mlxgo/model"
@@ -29,6 +31,8 @@ type Host struct {
 	// mounted adapters by id, and their ids in mount order.
 	mounted map[string]*Mounted
 	ids     []string
+	// serial numbers mounts (Mounted.Serial).
+	serial uint64
 	// dtype is the type mounted pairs are cast to (the activations'); a
 	// pair of another float type is cast at Mount.
 	dtype tensor.DType
@@ -48,6 +52,9 @@ type Mounted struct {
 	ID string
 	// Adapter is what was mounted (its arrays stay the caller's).
 	Adapter *Adapter
+	// Serial is unique to this mount (increasing): an id unmounted and
+	// mounted again, perhaps from other files, gets a new one.
+	Serial uint64
 	// deltas are the pairs as applied, by module path.
 	deltas map[string]*Delta
 	owned  []*tensor.Array
@@ -174,6 +181,8 @@ func (h *Host) Mount(id string, a *Adapter) (*Mounted, error) {
 		tensor.Free(m.owned...)
 		return nil, err
 	}
+	h.serial++
+	m.Serial = h.serial
 	h.mounted[id] = m
 	h.ids = append(h.ids, id)
 	return m, nil
@@ -247,6 +256,48 @@ func (h *Host) IDs() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.ids)
+}
+
+// ParseSet reads an adapter spec as requests give it: "" and "none" are
+// the base model, "id" one adapter, "a+b" several whose residuals are
+// added in that order.
+func ParseSet(spec string) []string {
+	if spec == "" || spec == "none" {
+		return nil
+	}
+	return strings.Split(spec, "+")
+}
+
+// Check reports an error naming the first id of set that is not mounted
+// (an unknown adapter is an error, never a silent fallback to the base).
+func (h *Host) Check(set []string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, id := range set {
+		if _, ok := h.mounted[id]; !ok {
+			return fmt.Errorf("lora: %w: no adapter is mounted as %q (mounted: %v)", ErrAdapter, id, h.ids)
+		}
+	}
+	return nil
+}
+
+// Key names what set computes, for caches of its results (a prompt
+// cache's namespace): the ids joined with "+", each with its mount's
+// Serial, so that an adapter remounted from other files does not share
+// entries with its former self; "" for the base model. Unknown ids are an
+// error.
+func (h *Host) Key(set []string) (string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	parts := make([]string, len(set))
+	for i, id := range set {
+		m, ok := h.mounted[id]
+		if !ok {
+			return "", fmt.Errorf("lora: %w: no adapter is mounted as %q (mounted: %v)", ErrAdapter, id, h.ids)
+		}
+		parts[i] = id + "#" + strconv.FormatUint(m.Serial, 10)
+	}
+	return strings.Join(parts, "+"), nil
 }
 
 // Selection says which mounted adapters a forward pass applies.

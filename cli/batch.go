@@ -72,8 +72,8 @@ type batchRow struct {
 // line per input, in input order, with generate --json's fields, then a
 // summary line.
 func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	var dir, input, backend string
-	var maxBatch, budget, blockSize, kvBlocks int
+	var dir, input, backend, kvQuant string
+	var maxBatch, budget, blockSize, kvBlocks, kvStart int
 	var copyWeights, paged bool
 	fl := newFlags("batch", stderr)
 	fl.StringVar(&dir, "model", "", "model: a folder, a cached repo id, or demo / demo-q4 (default: the built-in demo model)")
@@ -85,6 +85,8 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fl.BoolVar(&paged, "paged-kv", true, "keep KV in a paged block pool (prefix blocks shared between rows); false: contiguous caches per row")
 	fl.IntVar(&blockSize, "block-size", kv.DefaultBlockSize, "token slots per KV block (--paged-kv)")
 	fl.IntVar(&kvBlocks, "kv-blocks", 0, "KV blocks per layer (--paged-kv; 0: room for --max-batch of the longest request)")
+	addKVQuantFlag(fl, &kvQuant)
+	fl.IntVar(&kvStart, "quantized-kv-start", generate.DefaultQuantizedKVStart, "context length from which the KV cache is quantized (--kv-quant)")
 	fl.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: mlxgo batch [--model MODEL] --input FILE.jsonl [--max-batch N]")
 		fmt.Fprintln(stderr, `Each line: {"id": ..., "prompt": "..." | "prompt_ids": [...], "max_tokens", "temp", "top_p", "top_k", "min_p", "seed", "repetition_penalty", "stop", "logprobs", "json_schema", "raw", "system", "join_at_step"}`)
@@ -101,6 +103,13 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	if blockSize <= 0 || kvBlocks < 0 {
 		return fmt.Errorf("%w: --block-size must be > 0 and --kv-blocks ≥ 0", errUsage)
+	}
+	turbo, err := parseKVQuantFlag(kvQuant, 0, "")
+	if err != nil {
+		return err
+	}
+	if turbo != nil && paged {
+		return fmt.Errorf("%w: --kv-quant needs --paged-kv=false (TurboQuant KV blocks are not implemented)", errUsage)
 	}
 	lines, err := readBatchInput(input, stdin)
 	if err != nil {
@@ -123,6 +132,9 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer m.Close()
+	if err := checkKVQuant(m, turbo); err != nil {
+		return err
+	}
 	info := m.Info()
 	eos := toInt32s(eosIDs(info.EOS, tok))
 	gm := generate.Wrap(m, info.Vocab)
@@ -137,6 +149,9 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		rows[i] = r
 		if r.opts, r.prompt, err = batchRequest(ln, tok, info.Vocab, info.EOS, eos, stderr); err != nil {
 			return fmt.Errorf("input line %d: %w", r.line, err)
+		}
+		if turbo != nil {
+			r.opts.KVQuant, r.opts.QuantizedKVStart = turbo, kvStart
 		}
 		longest = max(longest, len(r.prompt)+max(r.opts.MaxTokens, 0))
 	}

@@ -40,8 +40,8 @@ type benchTrial struct {
 // tokens, after one warm-up run, and prints each trial and the averages
 // with mlx_lm.benchmark's names, so the numbers compare line by line.
 func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	var modelArg, backend string
-	var promptN, genN, trials, chunk int
+	var modelArg, backend, kvQuant string
+	var promptN, genN, trials, chunk, kvStart int
 	var seed uint64
 	var asJSON bool
 	var adapters []string
@@ -55,6 +55,8 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fl.StringVar(&backend, "backend", "auto", "compute backend: cpu, mlx, or auto")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object with the trials and averages")
 	fl.StringArrayVar(&adapters, "adapter-path", nil, adapterUsage)
+	addKVQuantFlag(fl, &kvQuant)
+	fl.IntVar(&kvStart, "quantized-kv-start", generate.DefaultQuantizedKVStart, "context length from which the KV cache is quantized (--kv-quant)")
 	fl.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: mlxgo bench [--model] MODEL [-p N] [-g N] [-n N] [flags]")
 		fl.PrintDefaults()
@@ -73,6 +75,10 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if promptN < 1 || genN < 1 || trials < 1 || chunk < 1 {
 		return fmt.Errorf("%w: --prompt-tokens, --generation-tokens, --num-trials and --prefill-step-size must be ≥ 1", errUsage)
 	}
+	turbo, err := parseKVQuantFlag(kvQuant, 0, "")
+	if err != nil {
+		return err
+	}
 	dir, err := resolveModel(modelArg)
 	if err != nil {
 		return err
@@ -82,6 +88,9 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer m.Close()
+	if err := checkKVQuant(m, turbo); err != nil {
+		return err
+	}
 	vocab := m.Info().Vocab
 	rng := rand.New(rand.NewPCG(seed, 0x6d6c78676f))
 	prompt := make([]int32, promptN)
@@ -91,7 +100,7 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	gm := generate.Wrap(m, vocab)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	opts := &generate.Options{MaxTokens: genN, PrefillChunkSize: chunk, Backend: be}
+	opts := &generate.Options{MaxTokens: genN, PrefillChunkSize: chunk, Backend: be, KVQuant: turbo, QuantizedKVStart: kvStart}
 	once := func() (benchTrial, error) {
 		tic := time.Now()
 		s, err := generate.Generate(ctx, gm, prompt, opts)

@@ -32,7 +32,8 @@ var chatTurnHook func(prompt, out []int32, st generate.Stats)
 // chatFlags are the chat verb's flags.
 type chatFlags struct {
 	modelArg, system, backend, template string
-	maxTokens, chunk, topK              int
+	kvQuant                             string
+	maxTokens, chunk, topK, kvStart     int
 	temp, topP, minP, repPenalty        float64
 	seed                                uint64
 	cacheBytes                          int64
@@ -65,6 +66,8 @@ func runChat(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fl.Int64Var(&f.cacheBytes, "prompt-cache-bytes", 4<<30, "KV memory kept between turns")
 	fl.StringVar(&f.backend, "backend", "auto", "compute backend: cpu, mlx, or auto")
 	fl.StringArrayVar(&f.adapters, "adapter-path", nil, adapterUsage)
+	addKVQuantFlag(fl, &f.kvQuant)
+	fl.IntVar(&f.kvStart, "quantized-kv-start", generate.DefaultQuantizedKVStart, "context length from which the KV cache is quantized (--kv-quant)")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print prompt/generation statistics after each reply (stderr)")
 	fl.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: mlxgo chat [--model] MODEL [flags]\n\n"+chatHelp)
@@ -107,11 +110,18 @@ func runChat(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("chat needs a chat template: %w", err)
 	}
+	turbo, err := parseKVQuantFlag(f.kvQuant, 0, "")
+	if err != nil {
+		return err
+	}
 	m, be, err := loadModelAdapters(dir, f.backend, false, f.adapters, stderr)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
+	if err := checkKVQuant(m, turbo); err != nil {
+		return err
+	}
 	info := m.Info()
 	if err := params.Validate(info.Vocab); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
@@ -121,7 +131,7 @@ func runChat(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		pc:     generate.NewPromptCache(int(min(f.cacheBytes, int64(^uint(0)>>1)))),
 		stdout: stdout, stderr: stderr,
 		opts: generate.Options{MaxTokens: f.maxTokens, PrefillChunkSize: f.chunk, Sampler: params,
-			Backend: be, EOS: toInt32s(eosIDs(info.EOS, tok))},
+			Backend: be, EOS: toInt32s(eosIDs(info.EOS, tok)), KVQuant: turbo, QuantizedKVStart: f.kvStart},
 	}
 	defer c.pc.Clear()
 	c.reset()

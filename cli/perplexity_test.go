@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -61,5 +62,46 @@ func TestKVQuantRefusesHeadDim(t *testing.T) {
 		"--kv-quant", "turbo", "--backend", "cpu")
 	if code == 0 || !strings.Contains(errs, "head dim 16") || !strings.Contains(errs, "[64 128 256 512]") {
 		t.Fatalf("exit %d: %s", code, errs)
+	}
+}
+
+// TestKVQuantFlags: --kv-quant on generate reports fewer kv_bytes than
+// bf16 KV with the same tokens at k8v8; bench, chat and batch take the
+// flag and refuse bad schemes (and batch refuses it on paged KV).
+func TestKVQuantFlags(t *testing.T) {
+	gen := func(extra ...string) (ids []int, kvBytes int) {
+		t.Helper()
+		args := append([]string{"generate", "--model", "demo", "--prompt-ids", "2,100,200,300,400", "--max-tokens", "12",
+			"--json", "--ignore-eos", "--backend", "cpu"}, extra...)
+		code, out, errs := run(t, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", extra, code, errs)
+		}
+		var r struct {
+			IDs   []int `json:"ids"`
+			Stats struct {
+				KVBytes int `json:"kv_bytes"`
+			} `json:"stats"`
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r.IDs, r.Stats.KVBytes
+	}
+	pi, pb := gen()
+	ti, tb := gen("--kv-quant", "turbo:k8v8", "--quantized-kv-start", "0")
+	if !slices.Equal(pi, ti) || !(tb > 0 && tb < pb) {
+		t.Fatalf("k8v8: ids %v (plain %v), kv_bytes %d (plain %d)", ti, pi, tb, pb)
+	}
+	for _, verb := range [][]string{{"bench", "-p", "4", "-g", "2", "-n", "1"}, {"chat"}, {"batch", "--input", "-", "--paged-kv=false"}} {
+		if code, _, errs := run(t, append(verb, "--kv-quant", "turbo:k8v9")...); code != 2 {
+			t.Errorf("%s --kv-quant turbo:k8v9: exit %d (%s), want 2", verb[0], code, errs)
+		}
+	}
+	if code, _, errs := run(t, "batch", "--input", "-", "--kv-quant", "turbo"); code != 2 || !strings.Contains(errs, "paged-kv") {
+		t.Errorf("batch --kv-quant on paged KV: exit %d: %s", code, errs)
+	}
+	if code, out, errs := run(t, "bench", "--model", "demo", "-p", "8", "-g", "4", "-n", "1", "--kv-quant", "turbo", "--quantized-kv-start", "0", "--backend", "cpu"); code != 0 {
+		t.Errorf("bench --kv-quant turbo: exit %d: %s %s", code, out, errs)
 	}
 }

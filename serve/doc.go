@@ -2,7 +2,9 @@
 //
 // A Server serves one model (a generate.Model with its tokenizer and chat
 // template) on POST /v1/chat/completions, /v1/completions and /v1/messages
-// (Anthropic), GET /v1/models, /health and /stats, as a drop-in for
+// (Anthropic, with /v1/messages/count_tokens), GET /v1/models (in
+// Anthropic's shape for Anthropic clients), /v1/models/{id}, /health,
+// /stats and /metrics, as a drop-in for
 // mlx_lm.server. One engine goroutine owns the model and runs requests one
 // at a time from a bounded FIFO queue (429 with Retry-After when it is
 // full); a request's context is the generation's, so a client that leaves
@@ -25,7 +27,23 @@
 // fixed order, so that a request with several mistakes always reports the
 // same one.
 //
-// Errors are OpenAI's error object (Anthropic's on /v1/messages): 400 for
+// tool_choice "required" or a named function (Anthropic any / tool) is
+// enforced by a grammar over the model family's call syntax: a call of
+// an allowed tool whose arguments are valid against its schema
+// (grammar.TaggedSchemaGrammar); parallel_tool_calls false keeps one.
+// n > 1 runs the choices one after another (not through generate.Batch).
+//
+// Every request first passes guard: the Host allow-list (LoopbackHosts on
+// loopback binds, against DNS rebinding), CORS (AllowedOrigins, none by
+// default; preflights answered), the API key (Authorization: Bearer or
+// x-api-key, on every route but /health) and a JSON Content-Type. Bodies
+// must arrive within BodyTimeout and each write finish within
+// WriteTimeout; HTTPServer and LimitListener add the header and idle
+// timeouts and a connection cap. Members the server does not implement
+// are refused with a 400 naming them; server errors never carry paths.
+// GET /metrics exports Prometheus counters and latency histograms.
+//
+// Errors are OpenAI's error object (Anthropic's on /v1/messages*): 400 for
 // bad JSON, wrong types and invalid values (sampler.ParamError included),
 // 404 for unknown routes and models, 405, 413 and 429; a panic fails its
 // request only and is logged with slog.

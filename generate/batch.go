@@ -141,9 +141,11 @@ type Row struct {
 	need   []int   // blocks reserved per layer while running (over a Pool)
 	held   bool    // need is counted in the batch's reservation
 	reg    bool    // the prompt's blocks are registered for prefix reuse
-	cancel atomic.Bool
-	err    error
-	freed  bool
+	// admitted: the row left the queue
+	admitted bool
+	cancel   atomic.Bool
+	err      error
+	freed    bool
 }
 
 type rowPhase int
@@ -163,6 +165,12 @@ func (r *Row) Err() error { return r.err }
 
 // Done reports whether the row has ended.
 func (r *Row) Done() bool { return r.phase == phaseDone }
+
+// Admitted reports whether the row has left the queue: it runs (or ran)
+// in the batch, and Stats().CachedTokens says how much of its prompt it
+// took from pre-warmed caches or the pool's prefix cache. A row cancelled
+// while queued is Done without being Admitted.
+func (r *Row) Admitted() bool { return r.admitted }
 
 // Cancel ends the row at the next Step (its Done event has StopCancelled).
 // It is safe from any goroutine.
@@ -384,6 +392,7 @@ func (b *Batch) admit(r *Row, events []Event) []Event {
 	}
 	r.q.start = time.Now()
 	r.phase = phasePrefill
+	r.admitted = true
 	r.q.snapshot(r.caches)
 	b.running = append(b.running, r)
 	return events

@@ -103,6 +103,11 @@ type Stats struct {
 	PrefillTPS    float64 `json:"prefill_tokens_per_sec"` // the last request's
 	AvgDecodeTPS  float64 `json:"avg_decode_tokens_per_sec"`
 	UptimeSeconds float64 `json:"uptime_s"`
+	// Lane is how requests run: "batched" (Config.Batch > 1: rows decode
+	// together over a paged KV pool) or "serial" (one at a time).
+	Lane string `json:"lane"`
+	// Batch describes the batched lane (nil on the serial one).
+	Batch *BatchStats `json:"batch,omitempty"`
 }
 
 // engine is the one goroutine that owns the model: requests wait in a
@@ -115,6 +120,7 @@ type engine struct {
 	done  chan struct{}
 	once  sync.Once
 	pc    *generate.PromptCache
+	lane  *batchLane // the batched lane (Config.Batch > 1), else nil
 	start time.Time
 
 	depth, active                                   atomic.Int64
@@ -124,13 +130,22 @@ type engine struct {
 	lastDecode, lastPrefill, decodeMs, decodeTokens float64
 }
 
-func newEngine(cfg *Config, log *slog.Logger) *engine {
+func newEngine(cfg *Config, log *slog.Logger) (*engine, error) {
 	e := &engine{cfg: cfg, log: log, jobs: make(chan *job, cfg.QueueSize), quit: make(chan struct{}), done: make(chan struct{}), start: time.Now()}
+	if cfg.Batch > 1 {
+		l, err := newBatchLane(e)
+		if err != nil {
+			return nil, err
+		}
+		e.lane = l
+		go e.batchLoop()
+		return e, nil
+	}
 	if cfg.PromptCacheBytes > 0 {
 		e.pc = generate.NewPromptCache(cfg.PromptCacheBytes)
 	}
 	go e.loop()
-	return e
+	return e, nil
 }
 
 // errQueueFull is answered with 429.
@@ -353,6 +368,14 @@ func (e *engine) stats() Stats {
 	}
 	if e.pc != nil {
 		st.CacheEntries, st.CacheBytes = e.pc.Len(), e.pc.Bytes()
+	}
+	st.Lane = "serial"
+	if e.lane != nil {
+		bs, entries, bytes := e.lane.stats()
+		st.Batch = &bs
+		st.CacheEntries, st.CacheBytes = entries, bytes
+		st.QueueDepth += bs.PendingRows
+		st.Lane = "batched"
 	}
 	e.mu.Lock()
 	st.DecodeTPS, st.PrefillTPS = e.lastDecode, e.lastPrefill

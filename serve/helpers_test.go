@@ -281,7 +281,13 @@ func (s *scriptedModel) Forward(ids *tensor.Array, caches []kv.Cache) (*tensor.A
 	k := tensor.FromFloat32(keys, []int{1, 1, len(in), 1}, tensor.Float32)
 	got := caches[0].UpdateAndFetch(k, k)
 	k.Free()
-	hist := got.Keys.Float32s()
+	keysHeld := got.Keys
+	if got.Paged != nil { // the batched lane's pool
+		parts := got.Paged.Gather()
+		defer tensor.Free(parts...)
+		keysHeld = parts[0]
+	}
+	hist := keysHeld.Float32s()
 	history := make([]int32, len(hist))
 	for i, v := range hist {
 		history[i] = int32(v)

@@ -576,6 +576,10 @@ func events(ctx context.Context, j *job) iter.Seq[event] {
 
 // genError maps a failed generation to an API error.
 func genError(err error) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
 	var pe *sampler.ParamError
 	if errors.As(err, &pe) {
 		return badRequest(pe.Field, "invalid %s: %v", pe.Field, err)

@@ -132,6 +132,24 @@ type Config struct {
 	// QueueSize bounds the requests waiting for the engine (0:
 	// DefaultQueueSize); a full queue answers 429.
 	QueueSize int
+	// Batch is how many requests decode together (0: DefaultBatch): above
+	// 1, requests join a running generate.Batch at its next step and keep
+	// their KV in a paged pool that is also the prompt cache (prefix blocks
+	// shared between requests, one ceiling: KVBudgetBytes; PromptCacheBytes
+	// and SnapshotPrompt then do not apply). 1 runs requests one at a time
+	// (the serial lane, with its own prompt cache).
+	Batch int
+	// KVBudgetBytes caps the batched lane's KV pool (0: half the memory
+	// the system reports available at start, 2 GiB where it reports none).
+	// A request waits while its prompt + max_tokens do not fit beside the
+	// running rows, and is refused (400 context_over_budget) when they
+	// could never fit.
+	KVBudgetBytes int
+	// BlockSize is the pool's tokens per KV block (0: kv.DefaultBlockSize).
+	BlockSize int
+	// ShutdownTimeout bounds how long Close lets running rows finish
+	// (0: DefaultShutdownTimeout); queued requests get 503 at once.
+	ShutdownTimeout time.Duration
 	// MaxBodyBytes bounds a request body (0: DefaultMaxBodyBytes); larger
 	// bodies get 413.
 	MaxBodyBytes int64
@@ -189,6 +207,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.QueueSize <= 0 {
 		cfg.QueueSize = DefaultQueueSize
 	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = DefaultBatch
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if cfg.KVBudgetBytes < 0 || cfg.BlockSize < 0 {
+		return nil, fmt.Errorf("serve: KV budget %d bytes, block size %d", cfg.KVBudgetBytes, cfg.BlockSize)
+	}
 	if cfg.MaxTokens <= 0 {
 		cfg.MaxTokens = DefaultMaxTokens
 	}
@@ -222,7 +249,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	sum := sha256.Sum256([]byte(cfg.ModelID + "\x00" + be))
 	s.fingerprint = "fp_" + hex.EncodeToString(sum[:5])
-	s.eng = newEngine(&s.cfg, s.log)
+	eng, err := newEngine(&s.cfg, s.log)
+	if err != nil {
+		return nil, err
+	}
+	s.eng = eng
 	s.routes()
 	return s, nil
 }

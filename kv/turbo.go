@@ -305,6 +305,12 @@ func turboAttention(q *tensor.Array, t *TurboKV, o tensor.SDPAOptions) *tensor.A
 	if ta, ok := q.Backend().(tensor.TurboAttention); ok && o.Sinks == nil {
 		return ta.SDPATurbo(q, t.Keys, t.Values, t.Layout(), o)
 	}
+	return turboAttentionComposed(q, t, o)
+}
+
+// turboAttentionComposed is turboAttention from stock ops: decode, SDPA,
+// inverse transform of the output.
+func turboAttentionComposed(q *tensor.Array, t *TurboKV, o tensor.SDPAOptions) *tensor.Array {
 	return tensor.WithScope(func() []*tensor.Array {
 		k, v := t.decode(true)
 		dt := q.DType()

@@ -3,10 +3,12 @@ package kv
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -222,38 +224,91 @@ func TestTurboPersist(t *testing.T) {
 	}
 }
 
-// TestTurboAttention: attention over the codes equals attention over the
-// decoded keys and values (the composed path transforms its output back
-// instead of each value), for grouped queries, prefill with the causal
-// mask and a decode step.
+// TestTurboAttention: attention over the codes — the backend's fused
+// kernel where it has one (the CPU backend's) and the composed path
+// (decode keys and rotated values, SDPA, transform the output back) —
+// equals SDPA over the decoded keys and values: grouped queries, two
+// sequences, prefill with the causal mask, decode steps, a sliding
+// window's rolled bool mask, an additive mask, long contexts (split key
+// ranges) and bfloat16 queries.
 func TestTurboAttention(t *testing.T) {
 	defer tensortest.NoLeaks(t)()
 	r := rand.New(rand.NewPCG(14, 0))
-	for _, spec := range []TurboSpec{{8, 3}, {4, 8}} {
-		for _, n := range []int{7, 1} {
-			c, _ := NewTurboQuantKVCache(spec)
-			k0, v0 := turboTokens(r, 20)
-			c.UpdateAndFetch(k0, v0)
-			k, v := turboTokens(r, n)
-			q := tensor.FromFloat32(randVals(r, 4*n*64), []int{1, 4, n, 64}, tensor.Float32)
-			m := c.MakeMask(n, 0, false)
-			kv := c.UpdateAndFetch(k, v)
-			got := Attention(q, kv, m.Options(0.125))
-			dk, dv := kv.Turbo.Decode()
-			want := tensor.ScaledDotProductAttention(q, dk, dv, m.Options(0.125))
-			if g, w := got.Shape(), want.Shape(); len(g) != 4 || g[3] != 128 || g[1] != w[1] || g[2] != w[2] {
-				t.Fatalf("shape %v, want %v", g, w)
-			}
-			gf, wf := got.Float32s(), want.Float32s()
-			for i := range gf {
-				if math.Abs(float64(gf[i]-wf[i])) > 2e-5*(1+math.Abs(float64(wf[i]))) {
-					t.Fatalf("%s n=%d: out[%d] = %v, decoded attention %v", spec, n, i, gf[i], wf[i])
+	type tcase struct {
+		spec      TurboSpec
+		ctx, n, b int
+		window    int // sliding window (rotating cache) when > 0
+		additive  bool
+		dt        tensor.DType
+	}
+	cases := []tcase{
+		{TurboSpec{8, 3}, 20, 7, 1, 0, false, tensor.Float32},
+		{TurboSpec{8, 3}, 20, 1, 2, 0, false, tensor.Float32},
+		{TurboSpec{4, 8}, 33, 1, 1, 0, false, tensor.Float32},
+		{TurboSpec{2, 5}, 9, 5, 1, 0, true, tensor.Float32},
+		{TurboSpec{5, 2}, 1500, 1, 1, 0, false, tensor.Float32},
+		{TurboSpec{8, 4}, 700, 3, 2, 0, false, tensor.BFloat16},
+		{TurboSpec{8, 3}, 50, 1, 1, 16, false, tensor.Float32},
+		{TurboSpec{8, 3}, 50, 4, 1, 16, false, tensor.Float32},
+	}
+	for _, tc := range cases {
+		var c Cache
+		if tc.window > 0 {
+			c, _ = NewTurboQuantRotatingKVCache(tc.window, 0, tc.spec)
+		} else {
+			c, _ = NewTurboQuantKVCache(tc.spec)
+		}
+		mk := func(n int) (*tensor.Array, *tensor.Array) {
+			k := tensor.FromFloat32(randVals(r, tc.b*2*n*64), []int{tc.b, 2, n, 64}, tensor.Float32)
+			v := tensor.FromFloat32(randVals(r, tc.b*2*n*128), []int{tc.b, 2, n, 128}, tensor.Float32)
+			return k, v
+		}
+		k0, v0 := mk(tc.ctx)
+		c.UpdateAndFetch(k0, v0)
+		k, v := mk(tc.n)
+		qf := tensor.FromFloat32(randVals(r, tc.b*4*tc.n*64), []int{tc.b, 4, tc.n, 64}, tensor.Float32)
+		q := tensor.AsType(qf, tc.dt)
+		win := 0
+		if tc.window > 0 {
+			win = tc.window - 4 // narrower than the ring: a rolled mask even for one token
+		}
+		m := c.MakeMask(tc.n, win, tc.additive)
+		kv := c.UpdateAndFetch(k, v)
+		if tc.additive {
+			z := tensor.FullOn(q.Backend(), []int{1}, 0, tensor.Float32)
+			add := tensor.WhereScalar(m.Array, z, -1e9)
+			m.Free()
+			z.Free()
+			m = Mask{Kind: tensor.MaskArray, Array: add}
+		}
+		name := fmt.Sprintf("%s ctx %d n %d b %d window %d additive %v %s", tc.spec, tc.ctx, tc.n, tc.b, tc.window, tc.additive, tc.dt)
+		if tc.window > 0 && tc.n == 1 && m.Array == nil {
+			t.Fatalf("%s: expected a rolled window mask", name)
+		}
+		o := m.Options(0.125)
+		got := Attention(q, kv, o)
+		comp := turboAttentionComposed(q, kv.Turbo, o)
+		dk, dv := kv.Turbo.Decode()
+		q32 := tensor.AsType(q, tensor.Float32)
+		want := tensor.ScaledDotProductAttention(q32, dk, dv, o)
+		if g, w := got.Shape(), want.Shape(); !slices.Equal(g, w) || got.DType() != tc.dt {
+			t.Fatalf("%s: shape %v %s, want %v", name, g, got.DType(), w)
+		}
+		tol := 2e-5
+		if tc.dt == tensor.BFloat16 {
+			tol = 2e-2
+		}
+		wf := want.Float32s()
+		for what, a := range map[string]*tensor.Array{"fused": got, "composed": comp} {
+			for i, g := range a.Float32s() {
+				if math.Abs(float64(g-wf[i])) > tol*(1+math.Abs(float64(wf[i]))) {
+					t.Fatalf("%s: %s out[%d] = %v, decoded attention %v", name, what, i, g, wf[i])
 				}
 			}
-			tensor.Free(k0, v0, k, v, q, got, dk, dv, want)
-			m.Free()
-			c.Free()
 		}
+		tensor.Free(k0, v0, k, v, qf, q, q32, got, comp, dk, dv, want)
+		m.Free()
+		c.Free()
 	}
 }
 

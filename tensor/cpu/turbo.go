@@ -1,0 +1,357 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// turboKeyBlock is how many keys a work item scores before it folds them
+// into its running softmax.
+const turboKeyBlock = 256
+
+// turboRowBlock is the most query rows (query heads of one KV head times
+// query positions) one work item attends.
+const turboRowBlock = 64
+
+// SDPATurbo implements tensor.TurboAttention: attention over TurboQuant
+// codes read in place. Scores come from the integer key codes (per group:
+// s·Σ q·code + m·Σ q), values are summed in the rotated domain as
+// level·σ and the output is transformed back (signs·H/√d) once per query
+// row. Scores and softmax are float32; a row with every key masked yields
+// zeros. Work is split over (batch, KV head, query rows) and, when that is
+// too little for every core (decoding), over key ranges merged as in
+// flash attention.
+func (be *Backend) SDPATurbo(q, keys, values *tensor.Array, l tensor.TurboLayout, o tensor.SDPAOptions) *tensor.Array {
+	bad := func(format string, args ...any) {
+		panic(&tensor.Error{Op: "SDPATurbo", Err: fmt.Errorf("%w: %s", tensor.ErrShape, fmt.Sprintf(format, args...))})
+	}
+	if q.NDim() != 4 || keys.NDim() != 4 || values.NDim() != 4 || keys.DType() != tensor.Uint8 || values.DType() != tensor.Uint8 {
+		bad("q %v, keys %v %s, values %v %s", q.Shape(), keys.Shape(), keys.DType(), values.Shape(), values.DType())
+	}
+	b, hq, lq, dk := q.Dim(0), q.Dim(1), q.Dim(2), q.Dim(3)
+	hkv, tk := keys.Dim(1), keys.Dim(2)
+	dv := l.ValueDim
+	if l.Group <= 0 || dk != l.KeyDim || dk%l.Group != 0 || dv%l.Group != 0 || dv&(dv-1) != 0 || keys.Dim(3) != l.KeyBytes() ||
+		values.Dim(3) != l.ValueBytes() || keys.Dim(0) != b || values.Dim(0) != b || values.Dim(1) != hkv || values.Dim(2) != tk ||
+		hkv == 0 || hq%hkv != 0 || len(l.Levels) != 1<<l.ValueBits || len(l.Signs) != dv {
+		bad("q %v, keys %v, values %v for layout k%dv%d, dims %d/%d", q.Shape(), keys.Shape(), values.Shape(), l.KeyBits, l.ValueBits, l.KeyDim, l.ValueDim)
+	}
+	scale := o.Scale
+	if scale == 0 {
+		scale = float32(1 / math.Sqrt(float64(dk)))
+	}
+	qf := q.Float32s()
+	for i := range qf {
+		qf[i] *= scale
+	}
+	var mask []float32
+	var boolMask bool
+	if o.MaskKind == tensor.MaskArray {
+		out := tensor.WithScope(func() []*tensor.Array {
+			m := o.Mask
+			if m.DType() == tensor.Bool {
+				m = tensor.AsType(m, tensor.Float32)
+			}
+			return []*tensor.Array{tensor.Contiguous(tensor.BroadcastTo(m, b, hq, lq, tk))}
+		})[0]
+		mask, boolMask = out.Float32s(), o.Mask.DType() == tensor.Bool
+		out.Free()
+	}
+	ki, kown := fusedLastDense(keys)
+	vi, vown := fusedLastDense(values)
+	defer func() {
+		if kown {
+			ki.buf.drop()
+		}
+		if vown {
+			vi.buf.drop()
+		}
+	}()
+	rep := hq / hkv
+	rows := rep * lq
+	p := &turboPlan{l: l, q: qf, mask: mask, boolMask: boolMask, causal: o.MaskKind == tensor.MaskCausal,
+		k: ki, v: vi, hq: hq, hkv: hkv, lq: lq, tk: tk, dk: dk, dv: dv, rep: rep}
+	rowBlocks := (rows + turboRowBlock - 1) / turboRowBlock
+	heads := b * hkv * rowBlocks
+	splits := 1
+	if w := workers(); heads < w && tk >= 2*turboKeyBlock {
+		splits = min((2*w+heads-1)/heads, (tk+turboKeyBlock-1)/turboKeyBlock)
+	}
+	parts := make([]turboPart, heads*splits)
+	parallelFor(len(parts), 1, func(lo, hi int) {
+		for it := lo; it < hi; it++ {
+			h, s := it/splits, it%splits
+			bi, kvh, rb := h/(hkv*rowBlocks), h/rowBlocks%hkv, h%rowBlocks
+			r0, r1 := rb*turboRowBlock, min((rb+1)*turboRowBlock, rows)
+			j0, j1 := s*tk/splits, (s+1)*tk/splits
+			parts[it] = p.attend(bi, kvh, r0, r1, j0, j1)
+		}
+	})
+	res := make([]float32, b*hq*lq*dv)
+	parallelFor(heads, 1, func(lo, hi int) {
+		for h := lo; h < hi; h++ {
+			bi, kvh, rb := h/(hkv*rowBlocks), h/rowBlocks%hkv, h%rowBlocks
+			r0 := rb * turboRowBlock
+			ps := parts[h*splits : (h+1)*splits]
+			for r := range ps[0].m {
+				mx := float32(math.Inf(-1))
+				for _, pt := range ps {
+					mx = max(mx, pt.m[r])
+				}
+				hqi, li := kvh*rep+(r0+r)/lq, (r0+r)%lq
+				dst := res[((bi*hq+hqi)*lq+li)*dv:][:dv]
+				if math.IsInf(float64(mx), -1) {
+					continue // every key masked: zeros
+				}
+				var sum float32
+				for _, pt := range ps {
+					if math.IsInf(float64(pt.m[r]), -1) {
+						continue
+					}
+					c := float32(math.Exp(float64(pt.m[r] - mx)))
+					sum += c * pt.l[r]
+					for j, a := range pt.acc[r*dv : (r+1)*dv] {
+						dst[j] += c * a
+					}
+				}
+				inv := 1 / sum
+				for j := range dst {
+					dst[j] *= inv
+				}
+				turboUnrotate(dst, l.Signs)
+			}
+		}
+	})
+	out := tensor.FromFloat32On(be, res, []int{b, hq, lq, dv}, tensor.Float32)
+	if q.DType() == tensor.Float32 {
+		return out
+	}
+	defer out.Free()
+	return be.AsType(out, q.DType())
+}
+
+// turboPlan is one SDPATurbo call's inputs.
+type turboPlan struct {
+	l                tensor.TurboLayout
+	q                []float32 // [B, Hq, L, Dk], scaled
+	mask             []float32 // [B, Hq, L, T] or nil
+	boolMask, causal bool
+	k, v             *impl
+	hq, hkv, lq, tk  int
+	dk, dv, rep      int
+}
+
+// turboPart is a work item's running softmax over its keys: per row the
+// max score, the sum of exp(score − max) and the weighted value sum.
+type turboPart struct {
+	m, l []float32
+	acc  []float32 // rows × Dv
+}
+
+// attend scores rows r0..r1 of (batch bi, KV head kvh) against keys j0..j1.
+func (p *turboPlan) attend(bi, kvh, r0, r1, j0, j1 int) turboPart {
+	nr, dk, dv, g := r1-r0, p.dk, p.dv, p.l.Group
+	ng := dk / g
+	pt := turboPart{m: make([]float32, nr), l: make([]float32, nr), acc: make([]float32, nr*dv)}
+	for r := range pt.m {
+		pt.m[r] = float32(math.Inf(-1))
+	}
+	// the rows' queries and their per-group sums (the bias term)
+	qs := make([]float32, nr*dk)
+	qsum := make([]float32, nr*ng)
+	qpos := make([]int, nr) // query position in the keys' frame (causal)
+	mrow := make([]int, nr) // offset of the row's mask
+	for r := range nr {
+		hqi, li := kvh*p.rep+(r0+r)/p.lq, (r0+r)%p.lq
+		copy(qs[r*dk:(r+1)*dk], p.q[((bi*p.hq+hqi)*p.lq+li)*dk:])
+		for gi := range ng {
+			var s float32
+			for _, a := range qs[r*dk+gi*g : r*dk+(gi+1)*g] {
+				s += a
+			}
+			qsum[r*ng+gi] = s
+		}
+		qpos[r] = p.tk - p.lq + li
+		mrow[r] = ((bi*p.hq+hqi)*p.lq + li) * p.tk
+	}
+	kc := make([]float32, dk)
+	ks := make([]float32, 2*ng)
+	vr := make([]float32, dv)
+	nb := turboKeyBlock
+	sc := make([]float32, nr*nb)
+	kdata, vdata := p.k.buf.data, p.v.buf.data
+	kbase := p.k.off + bi*p.k.strides[0] + kvh*p.k.strides[1]
+	vbase := p.v.off + bi*p.v.strides[0] + kvh*p.v.strides[1]
+	kb, vb := p.l.KeyBytes(), p.l.ValueBytes()
+	neg := float32(math.Inf(-1))
+	for jb := j0; jb < j1; jb += nb {
+		je := min(jb+nb, j1)
+		n := je - jb
+		for j := jb; j < je; j++ {
+			row := kdata[kbase+j*p.k.strides[2]:][:kb]
+			turboKeyCodes(kc, ks, row, p.l.KeyBits, g)
+			for r := range nr {
+				var s float32
+				if p.causal && j > qpos[r] {
+					s = neg
+				} else {
+					qr := qs[r*dk : (r+1)*dk]
+					for gi := range ng {
+						s += ks[2*gi]*turboDot(qr[gi*g:(gi+1)*g], kc[gi*g:(gi+1)*g]) + ks[2*gi+1]*qsum[r*ng+gi]
+					}
+					if p.mask != nil {
+						mv := p.mask[mrow[r]+j]
+						if p.boolMask {
+							if mv == 0 {
+								s = neg
+							}
+						} else {
+							s += mv
+						}
+					}
+				}
+				sc[r*nb+j-jb] = s
+			}
+		}
+		// fold the block into each row's running softmax
+		for r := range nr {
+			srow := sc[r*nb : r*nb+n]
+			bmax := neg
+			for _, s := range srow {
+				bmax = max(bmax, s)
+			}
+			if math.IsInf(float64(bmax), -1) {
+				for i := range srow {
+					srow[i] = 0
+				}
+				continue
+			}
+			if bmax > pt.m[r] {
+				if !math.IsInf(float64(pt.m[r]), -1) {
+					c := float32(math.Exp(float64(pt.m[r] - bmax)))
+					pt.l[r] *= c
+					for i := range pt.acc[r*dv : (r+1)*dv] {
+						pt.acc[r*dv+i] *= c
+					}
+				}
+				pt.m[r] = bmax
+			}
+			var sum float32
+			for i, s := range srow {
+				e := float32(0)
+				if !math.IsInf(float64(s), -1) {
+					e = float32(math.Exp(float64(s - pt.m[r])))
+				}
+				srow[i] = e
+				sum += e
+			}
+			pt.l[r] += sum
+		}
+		for j := jb; j < je; j++ {
+			row := vdata[vbase+j*p.v.strides[2]:][:vb]
+			turboValueRow(vr, row, p.l.ValueBits, g, p.l.Levels)
+			for r := range nr {
+				w := sc[r*nb+j-jb]
+				if w == 0 {
+					continue
+				}
+				acc := pt.acc[r*dv : (r+1)*dv]
+				for i, a := range vr {
+					acc[i] += w * a
+				}
+			}
+		}
+	}
+	return pt
+}
+
+// turboDot is Σ a·b with four partial sums.
+func turboDot(a, b []float32) float32 {
+	var s0, s1, s2, s3 float32
+	b = b[:len(a)]
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// turboCode is code j of a little-endian bitstream of b-bit codes.
+func turboCode(src []byte, j, b int) uint32 {
+	pos := j * b
+	i := pos >> 3
+	w := uint32(src[i])
+	if i+1 < len(src) {
+		w |= uint32(src[i+1]) << 8
+	}
+	return w >> (pos & 7) & (1<<b - 1)
+}
+
+// turboKeyCodes reads a key row's codes (as float32 integers) into kc and
+// its per-group scale and bias into ks (pairs).
+func turboKeyCodes(kc, ks []float32, row []byte, bits, g int) {
+	d := len(kc)
+	switch bits {
+	case 8:
+		for i := range kc {
+			kc[i] = float32(int8(row[i]))
+		}
+	case 4:
+		for i := 0; i < d; i += 2 {
+			c := row[i/2]
+			kc[i], kc[i+1] = float32(c&15), float32(c>>4)
+		}
+	case 2:
+		for i := 0; i < d; i += 4 {
+			c := row[i/4]
+			kc[i], kc[i+1], kc[i+2], kc[i+3] = float32(c&3), float32(c>>2&3), float32(c>>4&3), float32(c>>6)
+		}
+	default:
+		for i := range kc {
+			kc[i] = float32(turboCode(row, i, bits))
+		}
+	}
+	meta := row[d*bits/8:]
+	for gi := range d / g {
+		ks[2*gi] = tensor.F16ToF32(uint16(meta[4*gi]) | uint16(meta[4*gi+1])<<8)
+		ks[2*gi+1] = tensor.F16ToF32(uint16(meta[4*gi+2]) | uint16(meta[4*gi+3])<<8)
+	}
+}
+
+// turboValueRow decodes a value row in the rotated domain: level·σ.
+func turboValueRow(vr []float32, row []byte, bits, g int, levels []float32) {
+	d := len(vr)
+	meta := row[d*bits/8:]
+	for gi := range d / g {
+		sigma := tensor.F16ToF32(uint16(meta[2*gi]) | uint16(meta[2*gi+1])<<8)
+		for i := gi * g; i < (gi+1)*g; i++ {
+			vr[i] = levels[turboCode(row, i, bits)] * sigma
+		}
+	}
+}
+
+// turboUnrotate maps a rotated row back: signs·H(y)/√d, H the
+// Walsh–Hadamard butterfly.
+func turboUnrotate(y, signs []float32) {
+	d := len(y)
+	for h := 1; h < d; h *= 2 {
+		for i := 0; i < d; i += 2 * h {
+			for j := i; j < i+h; j++ {
+				a, b := y[j], y[j+h]
+				y[j], y[j+h] = a+b, a-b
+			}
+		}
+	}
+	r := float32(1 / math.Sqrt(float64(d)))
+	for i := range y {
+		y[i] *= r * signs[i]
+	}
+}

@@ -283,6 +283,10 @@ func (l *batchLane) add(j *job) {
 		j.out.push(event{done: &outcome{err: j.ctx.Err()}})
 		return
 	}
+	if j.fn != nil {
+		e.runFn(j)
+		return
+	}
 	opts := j.opts
 	opts.Caches, opts.OnPrefillDone = nil, nil
 	row, err := l.b.Add(j.ctx, j.prompt, &opts)

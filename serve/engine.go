@@ -23,6 +23,12 @@ type job struct {
 	opts   generate.Options
 	stops  []string
 	out    *sink
+	// fn, when set, is work other than generation that needs the model
+	// (an embedding's forward pass, say): the engine goroutine runs it in
+	// the job's turn (between batch steps on the batched lane) instead of
+	// generating, and fn reports through out itself, ending with a done
+	// event. A panic in fn fails the job only.
+	fn func()
 }
 
 // tokenLP is one generated token's logprob information.
@@ -208,10 +214,27 @@ func (e *engine) loop() {
 				continue
 			}
 			e.active.Add(1)
-			e.run(j)
+			if j.fn != nil {
+				e.runFn(j)
+			} else {
+				e.run(j)
+			}
 			e.active.Add(-1)
 		}
 	}
+}
+
+// runFn runs a job's fn on the engine goroutine; a panic fails the job.
+func (e *engine) runFn(j *job) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.log.Error("panic in engine work", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			e.errs.Add(1)
+			j.out.push(event{done: &outcome{err: fmt.Errorf("internal error: %v", p)}})
+		}
+	}()
+	j.fn()
+	e.completed.Add(1)
 }
 
 // run generates for one job, reporting to its sink; a panic fails the job

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/kv"
 	"github.com/mlxgo/mlxgo/model/demo"
 	"github.com/mlxgo/mlxgo/serve"
 	"github.com/mlxgo/mlxgo/tokenizer"
@@ -43,6 +44,9 @@ type serveFlags struct {
 	headerTimeout, bodyTimeout, writeTimeout, idleTimeout                  time.Duration
 	maxConns, maxHeaderBytes                                               int
 	maxBodyBytes                                                           int64
+	batch, blockSize                                                       int
+	kvBudget                                                               int64
+	shutdownTimeout                                                        time.Duration
 }
 
 // listFlag is a repeatable flag whose values may also be comma-separated.
@@ -81,6 +85,11 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	fl.Int64Var(&f.cacheBytes, "prompt-cache-bytes", serve.DefaultPromptCacheBytes, "prompt cache size in bytes (0: off)")
 	fl.StringVar(&f.backend, "backend", "auto", "compute backend: cpu, mlx, or auto")
 	fl.IntVar(&f.queueSize, "queue-size", serve.DefaultQueueSize, "requests that may wait for the model; more get 429")
+	fl.IntVar(&f.batch, "batch", serve.DefaultBatch, "requests that decode together (continuous batching over a paged KV pool); 1: one at a time")
+	fl.IntVar(&f.batch, "decode-concurrency", serve.DefaultBatch, "the same as --batch")
+	fl.Int64Var(&f.kvBudget, "kv-budget", 0, "bytes of KV the batched lane may hold, prompt cache included (0: half the memory available at start)")
+	fl.IntVar(&f.blockSize, "kv-block-size", kv.DefaultBlockSize, "tokens per KV block of the batched lane's pool")
+	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", serve.DefaultShutdownTimeout, "on SIGTERM/SIGINT, how long running requests may go on before they are ended")
 	fl.IntVar(&f.chunk, "prefill-step-size", generate.DefaultPrefillChunkSize, "prompt tokens per forward pass during prefill")
 	fl.StringVar(&f.toolFormat, "tool-format", "", "tool-call syntax: hermes, gemma4 or llama3 (default: detected)")
 	fl.BoolVar(&f.copyWeights, "copy-weights", false, "copy weights into memory instead of mapping the files")
@@ -120,6 +129,9 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	}
 	if f.maxConns <= 0 || f.maxHeaderBytes <= 0 || f.maxBodyBytes <= 0 {
 		return fmt.Errorf("%w: --max-connections, --max-header-bytes and --max-body-bytes must be positive", errUsage)
+	}
+	if f.batch < 1 || f.blockSize < 1 || f.kvBudget < 0 || f.shutdownTimeout <= 0 {
+		return fmt.Errorf("%w: --batch and --kv-block-size must be ≥ 1, --kv-budget ≥ 0 and --shutdown-timeout positive", errUsage)
 	}
 	if f.apiKey == "" && f.apiKeyEnv != "" {
 		f.apiKey = os.Getenv(f.apiKeyEnv)
@@ -196,7 +208,8 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 		PromptCacheBytes: cacheBytes, SnapshotPrompt: info.SlidingWindow > 0, QueueSize: f.queueSize,
 		ToolFormat: f.toolFormat, Logger: log, Aliases: aliases, AnyModelName: f.anyModelName, APIKeys: keys,
 		AllowedOrigins: f.allowedOrigins, AllowedHosts: hosts, BodyTimeout: f.bodyTimeout, WriteTimeout: f.writeTimeout,
-		MaxBodyBytes: f.maxBodyBytes,
+		MaxBodyBytes: f.maxBodyBytes, Batch: f.batch, KVBudgetBytes: int(f.kvBudget), BlockSize: f.blockSize,
+		ShutdownTimeout: f.shutdownTimeout,
 	})
 	if err != nil {
 		return err
@@ -222,7 +235,13 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 		return err
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Stop accepting; the engine answers queued requests 503, lets running
+	// ones finish within --shutdown-timeout and then ends them (each
+	// stream gets its closing events), so the handlers return and
+	// Shutdown completes.
+	log.Info("shutting down", "timeout", f.shutdownTimeout)
+	go srv.Close()
+	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout+5*time.Second)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err

@@ -373,6 +373,9 @@ func (l *batchLane) event(ev generate.Event, shutdown bool) {
 		e.misses.Add(1)
 	}
 	res := outcome{stats: st, stopStr: r.stopper.Matched(), err: err}
+	if err == errShuttingDown {
+		res.reason = "length" // cut off: streams get a finish chunk, then the error
+	}
 	switch {
 	case err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		e.cancelled.Add(1)
@@ -420,7 +423,7 @@ func (l *batchLane) stats() (BatchStats, int, int) {
 // close ends every row (cancelled) and frees the batch and the pool.
 func (l *batchLane) close() {
 	for row, r := range l.rows {
-		r.j.out.push(event{done: &outcome{err: errShuttingDown}})
+		r.j.out.push(event{done: &outcome{err: errShuttingDown, reason: "length"}})
 		delete(l.rows, row)
 		l.e.active.Add(-1)
 	}

@@ -144,7 +144,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pl *plan, pa
 		if ev.done == nil {
 			continue
 		}
-		if ev.done.err == nil {
+		if ev.done.err == nil || ev.done.reason != "" { // a row cut off at shutdown has both
 			if emit(parser.Finish(), nil) != nil {
 				return
 			}
@@ -189,7 +189,7 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, pl *pl
 		if ev.done == nil {
 			continue
 		}
-		if ev.done.err == nil && out.choice(completionChoice{FinishReason: &ev.done.reason}) != nil {
+		if (ev.done.err == nil || ev.done.reason != "") && out.choice(completionChoice{FinishReason: &ev.done.reason}) != nil {
 			return
 		}
 		out.end(ev.done, pl.usage)

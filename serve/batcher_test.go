@@ -1,0 +1,141 @@
+package serve
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestBatchedLaneEqualsSerial: 32 concurrent streaming requests on the
+// batched lane (greedy and seeded at temperature 0.8, sharing a system
+// prompt so later rows start from earlier rows' blocks) each stream
+// exactly the text the same request gets alone on the serial lane (one
+// request at a time through generate.Generate, no prompt cache).
+func TestBatchedLaneEqualsSerial(t *testing.T) {
+	d := loadDemo(t)
+	serial := d.config()
+	serial.Batch, serial.PromptCacheBytes = 1, -1
+	_, hsSerial := startServer(t, serial)
+	srv, hs := startServer(t, d.config())
+	const clients = 32
+	body := func(i int) map[string]any {
+		b := map[string]any{"messages": []any{
+			map[string]any{"role": "system", "content": "You are a ship's log. Answer in one sentence, plainly and briefly."},
+			map[string]any{"role": "user", "content": fmt.Sprintf("What happened on day %d?", i)}},
+			"max_tokens": 12 + i%5, "temperature": 0}
+		if i%2 == 1 {
+			b["temperature"], b["seed"] = 0.8, i
+		}
+		return b
+	}
+	solo := make([]string, clients)
+	for i := range solo {
+		solo[i], _ = streamChat(t, hsSerial.URL, body(i))
+	}
+	got := make([]string, clients)
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], _ = streamChat(t, hs.URL, body(i))
+		}()
+	}
+	wg.Wait()
+	for i := range clients {
+		if got[i] != solo[i] || got[i] == "" {
+			t.Errorf("request %d: batched %q, alone %q", i, got[i], solo[i])
+		}
+	}
+	st := srv.Stats()
+	if st.Lane != "batched" || st.Batch == nil || st.Batch.Configured != DefaultBatch {
+		t.Fatalf("stats: lane %q, batch %+v", st.Lane, st.Batch)
+	}
+	b := st.Batch
+	if b.ActiveRows != 0 || b.PendingRows != 0 || b.Blocks.Used != 0 || b.Blocks.Reserved != 0 {
+		t.Errorf("after the load: %+v", *b)
+	}
+	if b.Blocks.Peak == 0 || b.KVBytes == 0 || b.KVBudgetBytes == 0 || b.Blocks.Cached == 0 {
+		t.Errorf("the pool was not used (or keeps no prefix): %+v", *b)
+	}
+	if st.CachedTokens == 0 || st.CacheHits == 0 {
+		t.Errorf("no request reused the shared system prompt's blocks: %+v", st)
+	}
+}
+
+// TestBatchedLaneOverBudget: a request that could never fit the KV
+// budget is refused at once with 400 context_over_budget naming the
+// numbers; one that fits runs.
+func TestBatchedLaneOverBudget(t *testing.T) {
+	d := loadDemo(t)
+	cfg := d.config()
+	cfg.KVBudgetBytes, cfg.BlockSize = 1, 8 // one block of 8 tokens per layer
+	_, hs := startServer(t, cfg)
+	code, out := post(t, hs.URL+"/v1/completions", map[string]any{"prompt": []int{2, 3, 4, 5, 6, 7}, "max_tokens": 10})
+	e, _ := out["error"].(map[string]any)
+	if code != 400 || e["code"] != "context_over_budget" || !strings.Contains(fmt.Sprint(e["message"]), "tokens of KV") {
+		t.Errorf("over budget: %d %v", code, out)
+	}
+	code, out = post(t, hs.URL+"/v1/completions", map[string]any{"prompt": []int{2, 3, 4}, "max_tokens": 3})
+	if code != 200 {
+		t.Errorf("within budget: %d %v", code, out)
+	}
+}
+
+// TestBatchedLaneShutdown: Close lets running rows go on for the shutdown
+// timeout, then ends each stream with a finish chunk, an error event and
+// [DONE]; a request still queued gets 503.
+func TestBatchedLaneShutdown(t *testing.T) {
+	d := loadDemo(t)
+	cfg := d.config()
+	cfg.Batch, cfg.ShutdownTimeout = 2, 300*time.Millisecond
+	srv, hs := startServer(t, cfg)
+	var streams []*bufio.Reader
+	for range 2 {
+		resp, kill := openStream(t, hs.URL, longBody(d, 3000))
+		defer kill()
+		defer resp.Body.Close()
+		streams = append(streams, bufio.NewReader(resp.Body))
+	}
+	waitFor(t, "two rows running", func() bool { return srv.Stats().Active == 2 })
+	queued := make(chan int, 1)
+	go func() {
+		code, _ := post(t, hs.URL+"/v1/completions", map[string]any{"prompt": []int{2, 3}, "max_tokens": 3})
+		queued <- code
+	}()
+	waitFor(t, "a third request queued", func() bool { return srv.Stats().QueueDepth == 1 })
+	closed := make(chan struct{})
+	go func() { srv.Close(); close(closed) }()
+	for i, br := range streams {
+		var evs []string
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				break
+			}
+			if data, ok := strings.CutPrefix(strings.TrimSpace(line), "data: "); ok {
+				evs = append(evs, data)
+			}
+		}
+		n := len(evs)
+		if n < 3 || evs[n-1] != "[DONE]" || !strings.Contains(evs[n-2], "shutting down") || !strings.Contains(evs[n-3], `"finish_reason":"length"`) {
+			t.Errorf("stream %d ended with %q", i, evs[max(0, n-3):])
+		}
+		var last map[string]any
+		if json.Unmarshal([]byte(evs[n-2]), &last) != nil || last["error"] == nil {
+			t.Errorf("stream %d: the error event is %q", i, evs[n-2])
+		}
+	}
+	if code := <-queued; code != 503 {
+		t.Errorf("queued request at shutdown: %d, want 503", code)
+	}
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return")
+	}
+}

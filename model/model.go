@@ -174,6 +174,9 @@ type LoadOptions struct {
 	// Wrap, when set, is handed every layer as it is loaded and may stand
 	// in for it (see Wrapper).
 	Wrap Wrapper
+	// Experts, when set, keeps MoE experts on disk and streams the routed
+	// ones through a bounded cache (see ExpertStreaming).
+	Experts *ExpertStreaming
 }
 
 // Load opens the model folder dir: config.json, then the safetensors
@@ -228,6 +231,9 @@ func Build(arch *Arch, cfg *Config, set *safetensors.Set, opts *LoadOptions) (m 
 		return nil, e
 	}
 	w.cast, w.wrap = opts.DType, opts.Wrap
+	if opts.Experts != nil {
+		w.stream = newExpertStore(opts.Experts, w.be, w.cast)
+	}
 	a, err := arch.New(cfg, w)
 	if err != nil {
 		return nil, err

@@ -64,10 +64,18 @@ func (w *Weights) SparseMoE(name string, dim, hidden, experts, topK int, normTop
 		of := func(proj string) func(int) string {
 			return func(e int) string { return name + ".experts." + strconv.Itoa(e) + "." + proj }
 		}
-		m.Experts = &SwitchGLU{
-			Gate: w.StackedLinear(of("gate_proj"), experts, dim, hidden),
-			Up:   w.StackedLinear(of("up_proj"), experts, dim, hidden),
-			Down: w.StackedLinear(of("down_proj"), experts, hidden, dim),
+		if w.stream != nil {
+			m.Experts = &SwitchGLU{
+				Gate: w.streamPerExpert(of("gate_proj"), experts, dim, hidden),
+				Up:   w.streamPerExpert(of("up_proj"), experts, dim, hidden),
+				Down: w.streamPerExpert(of("down_proj"), experts, hidden, dim),
+			}
+		} else {
+			m.Experts = &SwitchGLU{
+				Gate: w.StackedLinear(of("gate_proj"), experts, dim, hidden),
+				Up:   w.StackedLinear(of("up_proj"), experts, dim, hidden),
+				Down: w.StackedLinear(of("down_proj"), experts, hidden, dim),
+			}
 		}
 		src := w.must(of("gate_proj")(0) + ".weight")
 		w.wrapBanks(strings.TrimSuffix(src, ".experts.0.gate_proj.weight"), src, m.Experts)

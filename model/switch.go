@@ -75,6 +75,9 @@ func (s *SwitchLinear) expert(e int) (*Linear, []*tensor.Array) {
 // [E, out, in], or packed with name.scales and name.biases). It returns
 // the *SwitchLinear, or what LoadOptions.Wrap stands in for it.
 func (w *Weights) SwitchLinear(name string, experts, in, out int) ExpertBank {
+	if w.stream != nil {
+		return w.streamSwitchLinear(name, experts, in, out)
+	}
 	mod, spec, q := w.quantized(name)
 	s := &SwitchLinear{Experts: experts, In: in, Out: out}
 	if q {
@@ -113,6 +116,9 @@ func (w *Weights) StackedLinear(nameOf func(e int) string, experts, in, out int)
 // into two banks, and name.down_proj [E, dim, hidden]. MLX checkpoints
 // stack them under BankPath of the block.
 func (w *Weights) FusedExperts(name string, experts, dim, hidden int) *SwitchGLU {
+	if w.stream != nil {
+		return w.streamFused(name, experts, dim, hidden)
+	}
 	src := w.must(name + ".gate_up_proj")
 	gu := w.load(src, []int{experts, 2 * hidden, dim}, tensor.Invalid)
 	half := func(lo int) *tensor.Array {
@@ -162,6 +168,9 @@ type SwitchGLU struct {
 func (s *SwitchGLU) Forward(x, inds *tensor.Array) *tensor.Array {
 	if x.NDim() != inds.NDim() || !equalInts(x.Shape()[:x.NDim()-1], inds.Shape()[:inds.NDim()-1]) {
 		panic(&tensor.Error{Op: "SwitchGLU", Err: fmt.Errorf("%w: x %v, indices %v", tensor.ErrShape, x.Shape(), inds.Shape())})
+	}
+	if release := s.loadRouted(inds); release != nil {
+		defer release()
 	}
 	sc := tensor.NewScope()
 	defer sc.Close()

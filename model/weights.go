@@ -41,6 +41,8 @@ type Weights struct {
 	cast tensor.DType
 	// wrap, when set, stands in for the layers handed out (LoadOptions.Wrap).
 	wrap Wrapper
+	// stream, when set, keeps routed experts on disk (LoadOptions.Experts).
+	stream *expertStore
 }
 
 // NewWeights wraps an open checkpoint. be nil means the default backend;
@@ -178,6 +180,9 @@ func (w *Weights) Unused() []string {
 
 // Free frees every array loaded or registered.
 func (w *Weights) Free() {
+	if w.stream != nil {
+		w.stream.close()
+	}
 	tensor.Free(w.owned...)
 	w.owned = nil
 }

@@ -172,6 +172,11 @@ func (r *Row) Done() bool { return r.phase == phaseDone }
 // while queued is Done without being Admitted.
 func (r *Row) Admitted() bool { return r.admitted }
 
+// Prefilled reports whether the row's whole prompt is in its caches (its
+// first token was computed): from then on, over a Pool with prefix reuse,
+// a later row with the same prompt starts from its blocks.
+func (r *Row) Prefilled() bool { return r.reg }
+
 // Cancel ends the row at the next Step (its Done event has StopCancelled).
 // It is safe from any goroutine.
 func (r *Row) Cancel() { r.cancel.Store(true) }

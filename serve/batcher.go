@@ -62,6 +62,7 @@ type batchLane struct {
 	mu                       sync.Mutex
 	snap                     BatchStats // published after every step, for /stats
 	cacheEntries, cacheBytes int        // the pool's prefix cache, published likewise
+	held                     []*job     // later jobs of a group, waiting for its first one's prompt
 }
 
 // laneRow is one request's state in the lane: its row and the text it
@@ -199,6 +200,7 @@ func (e *engine) batchLoop() {
 			case <-e.quit:
 				deadline = time.Now().Add(e.cfg.ShutdownTimeout)
 				e.failQueued()
+				l.failHeld()
 			default:
 			}
 		}
@@ -255,6 +257,15 @@ func (l *batchLane) take(wait bool) {
 		if st.RowsRunning+st.RowsWaiting >= e.cfg.Batch {
 			return
 		}
+		if len(l.held) > 0 { // a group's later jobs, in order, once the first is in
+			if !leaderIn(l.held[0]) {
+				return
+			}
+			j := l.held[0]
+			l.held = l.held[1:]
+			l.add(j)
+			continue
+		}
 		var j *job
 		if wait {
 			select {
@@ -271,8 +282,19 @@ func (l *batchLane) take(wait bool) {
 			}
 		}
 		e.depth.Add(-1)
+		if !leaderIn(j) {
+			l.held = append(l.held, j)
+			continue
+		}
 		l.add(j)
 	}
+}
+
+// leaderIn reports whether j may join: it leads its group or its group's
+// first job has its prompt in the pool (or will never get it there).
+func leaderIn(j *job) bool {
+	a := j.after
+	return a == nil || a.row == nil || a.row.Prefilled() || a.row.Done() || a.ctx.Err() != nil
 }
 
 // add puts a job in the batch, or answers it at once when it cannot run.
@@ -302,6 +324,7 @@ func (l *batchLane) add(j *job) {
 		return
 	}
 	e.active.Add(1)
+	j.row = row
 	l.rows[row] = &laneRow{j: j, row: row, detok: e.cfg.Tokenizer.NewDetokenizer(false), stopper: generate.NewStopMatcher(j.stops...)}
 }
 
@@ -372,7 +395,7 @@ func (l *batchLane) event(ev generate.Event, shutdown bool) {
 	} else {
 		e.misses.Add(1)
 	}
-	res := outcome{stats: st, stopStr: r.stopper.Matched(), err: err}
+	res := outcome{stats: st, stopStr: r.stopper.Matched(), err: err, lane: "batched"}
 	if err == errShuttingDown {
 		res.reason = "length" // cut off: streams get a finish chunk, then the error
 	}
@@ -420,8 +443,17 @@ func (l *batchLane) stats() (BatchStats, int, int) {
 	return l.snap, l.cacheEntries, l.cacheBytes
 }
 
+// failHeld answers the held jobs: the server is shutting down.
+func (l *batchLane) failHeld() {
+	for _, j := range l.held {
+		j.out.push(event{done: &outcome{err: errShuttingDown}})
+	}
+	l.held = nil
+}
+
 // close ends every row (cancelled) and frees the batch and the pool.
 func (l *batchLane) close() {
+	l.failHeld()
 	for row, r := range l.rows {
 		r.j.out.push(event{done: &outcome{err: errShuttingDown, reason: "length"}})
 		delete(l.rows, row)

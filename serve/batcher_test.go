@@ -139,3 +139,43 @@ func TestBatchedLaneShutdown(t *testing.T) {
 		t.Fatal("Close did not return")
 	}
 }
+
+// TestBatchedLaneChoices: n > 1 runs as rows of one batch, the later
+// choices starting from the blocks the first computed for their prompt,
+// and gives the choices the serial lane gives; usage names the lane.
+func TestBatchedLaneChoices(t *testing.T) {
+	d := loadDemo(t)
+	serial := d.config()
+	serial.Batch, serial.PromptCacheBytes = 1, -1
+	_, hsSerial := startServer(t, serial)
+	srv, hs := startServer(t, d.config())
+	body := map[string]any{"messages": []any{map[string]any{"role": "user", "content": "Write one line about the sea, the wind and the long voyage home."}},
+		"max_tokens": 10, "temperature": 0.8, "seed": 5, "n": 3}
+	texts := func(out map[string]any) []string {
+		var s []string
+		for _, c := range out["choices"].([]any) {
+			s = append(s, fmt.Sprint(c.(map[string]any)["message"].(map[string]any)["content"]))
+		}
+		return s
+	}
+	code, want := post(t, hsSerial.URL+"/v1/chat/completions", body)
+	if code != 200 {
+		t.Fatalf("serial: %d %v", code, want)
+	}
+	code, got := post(t, hs.URL+"/v1/chat/completions", body)
+	if code != 200 {
+		t.Fatalf("batched: %d %v", code, got)
+	}
+	if g, w := texts(got), texts(want); fmt.Sprint(g) != fmt.Sprint(w) || len(g) != 3 {
+		t.Errorf("batched choices %q, serial %q", g, w)
+	}
+	if l := got["usage"].(map[string]any)["lane"]; l != "batched" {
+		t.Errorf("usage lane %v", l)
+	}
+	if l := want["usage"].(map[string]any)["lane"]; l != "serial" {
+		t.Errorf("serial usage lane %v", l)
+	}
+	if st := srv.Stats(); st.CachedTokens == 0 || st.Batch.Blocks.Peak == 0 {
+		t.Errorf("the later choices did not start from the first one's blocks: %+v", st)
+	}
+}

@@ -23,6 +23,12 @@ type job struct {
 	opts   generate.Options
 	stops  []string
 	out    *sink
+	// after, when set, is the first job of the group this one belongs to
+	// (a request's n choices): on the batched lane it is admitted once
+	// that job's prompt is in the pool, so that it starts from the blocks
+	// the first computed. row is the job's row there.
+	after *job
+	row   *generate.Row
 	// fn, when set, is work other than generation that needs the model
 	// (an embedding's forward pass, say): the engine goroutine runs it in
 	// the job's turn (between batch steps on the batched lane) instead of
@@ -57,6 +63,7 @@ type outcome struct {
 	stopStr string // the stop string that matched, if any
 	stats   generate.Stats
 	err     error
+	lane    string // "batched" or "serial"
 }
 
 // sink is an unbounded event queue from the engine (which never blocks on
@@ -333,7 +340,7 @@ func (e *engine) generate(j *job) (res outcome) {
 	case taken != nil:
 		freeCaches(s.Caches())
 	}
-	res = outcome{stats: st, stopStr: stopper.Matched(), err: genErr}
+	res = outcome{stats: st, stopStr: stopper.Matched(), err: genErr, lane: "serial"}
 	switch {
 	case genErr != nil:
 	case stopped || st.StopReason == generate.StopEOS || st.StopReason == generate.StopGrammar:

@@ -233,12 +233,12 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	for i := range cps {
 		cps[i] = pl.choicePlan(i)
 	}
-	for i, pi := range cps {
-		res, err := s.collect(r.Context(), pi)
-		if err != nil {
-			s.writeAPIError(w, err)
-			return
-		}
+	results, err := s.collectAll(r.Context(), cps)
+	if err != nil {
+		s.writeAPIError(w, err)
+		return
+	}
+	for i, res := range results {
 		p := parser
 		if i > 0 {
 			p = parser.fresh()
@@ -411,12 +411,12 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		for i := range cps {
 			cps[i] = pl.choicePlan(i)
 		}
-		for i, pi := range cps {
-			res, err := s.collect(r.Context(), pi)
-			if err != nil {
-				s.writeAPIError(w, err)
-				return
-			}
+		results, err := s.collectAll(r.Context(), cps)
+		if err != nil {
+			s.writeAPIError(w, err)
+			return
+		}
+		for i, res := range results {
 			text, offset := res.text, 0
 			if echo {
 				text, offset = prompts[k].echo+res.text, len(prompts[k].echo)
@@ -442,6 +442,7 @@ func (u *openaiUsage) add(o openaiUsage, first bool) {
 	}
 	u.CompletionTokens += o.CompletionTokens
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	u.Lane = o.Lane
 }
 
 // completionInput is one prompt of /v1/completions: its tokens, its text
@@ -593,6 +594,41 @@ func (s *Server) collect(ctx context.Context, pl *plan) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	return collectJob(ctx, j)
+}
+
+// collectAll runs the plans (a request's n choices) as one group: all are
+// queued at once, so that on the batched lane they decode as rows of one
+// batch, the later ones starting from the blocks the first one computed
+// for their shared prompt (on the serial lane they run one after
+// another). The results are in plan order.
+func (s *Server) collectAll(ctx context.Context, pls []*plan) ([]*result, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // a failed choice ends the others
+	jobs := make([]*job, len(pls))
+	for i, pl := range pls {
+		j := &job{ctx: ctx, prompt: pl.prompt, opts: pl.opts, stops: pl.stops, out: newSink()}
+		if i > 0 {
+			j.after = jobs[0]
+		}
+		if err := s.eng.submit(j); err != nil {
+			return nil, err
+		}
+		jobs[i] = j
+	}
+	out := make([]*result, len(jobs))
+	for i, j := range jobs {
+		res, err := collectJob(ctx, j)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = res
+	}
+	return out, nil
+}
+
+// collectJob reads a started job's events to its outcome.
+func collectJob(ctx context.Context, j *job) (*result, error) {
 	var res result
 	var b strings.Builder
 	for ev := range events(ctx, j) {
@@ -615,6 +651,7 @@ func usage(o outcome) openaiUsage {
 	u := openaiUsage{PromptTokens: o.stats.PromptTokens, CompletionTokens: o.stats.GeneratedTokens,
 		TotalTokens: o.stats.PromptTokens + o.stats.GeneratedTokens}
 	u.PromptTokensDetails.CachedTokens = o.stats.CachedTokens
+	u.Lane = o.lane
 	return u
 }
 

@@ -115,6 +115,8 @@ type anthropicUsage struct {
 	OutputTokens             int  `json:"output_tokens"`
 	CacheReadInputTokens     *int `json:"cache_read_input_tokens,omitempty"`
 	CacheCreationInputTokens *int `json:"cache_creation_input_tokens,omitempty"`
+	// Lane is how the request ran: "batched" or "serial" (an mlxgo field).
+	Lane string `json:"lane,omitempty"`
 }
 
 // contentBlock is a content block of a response: a textBlock,

@@ -388,6 +388,8 @@ type openaiUsage struct {
 	PromptTokensDetails struct {
 		CachedTokens int `json:"cached_tokens"`
 	} `json:"prompt_tokens_details"`
+	// Lane is how the request ran: "batched" or "serial" (an mlxgo field).
+	Lane string `json:"lane,omitempty"`
 }
 
 // openaiError is OpenAI's error body; param and code are null when unset.

@@ -257,14 +257,26 @@ func (p *turboPlan) attend(bi, kvh, r0, r1, j0, j1 int) turboPart {
 				if w == 0 {
 					continue
 				}
-				acc := pt.acc[r*dv : (r+1)*dv]
-				for i, a := range vr {
-					acc[i] += w * a
-				}
+				turboAxpy(w, vr, pt.acc[r*dv:(r+1)*dv])
 			}
 		}
 	}
 	return pt
+}
+
+// turboAxpy adds a·x to y.
+func turboAxpy(a float32, x, y []float32) {
+	x = x[:len(y)]
+	i := 0
+	for ; i+4 <= len(y); i += 4 {
+		y[i] += a * x[i]
+		y[i+1] += a * x[i+1]
+		y[i+2] += a * x[i+2]
+		y[i+3] += a * x[i+3]
+	}
+	for ; i < len(y); i++ {
+		y[i] += a * x[i]
+	}
 }
 
 // turboDot is Σ a·b with four partial sums.
@@ -284,39 +296,33 @@ func turboDot(a, b []float32) float32 {
 	return (s0 + s1) + (s2 + s3)
 }
 
-// turboCode is code j of a little-endian bitstream of b-bit codes.
-func turboCode(src []byte, j, b int) uint32 {
-	pos := j * b
-	i := pos >> 3
-	w := uint32(src[i])
-	if i+1 < len(src) {
-		w |= uint32(src[i+1]) << 8
+// turboUnpack8 reads the 8 b-bit codes held in the b bytes at src.
+func turboUnpack8(dst *[8]uint8, src []byte, b int) {
+	var w uint64
+	for i := range b {
+		w |= uint64(src[i]) << (8 * i)
 	}
-	return w >> (pos & 7) & (1<<b - 1)
+	mask := uint64(1)<<b - 1
+	for k := range 8 {
+		dst[k] = uint8(w >> (k * b) & mask)
+	}
 }
 
 // turboKeyCodes reads a key row's codes (as float32 integers) into kc and
 // its per-group scale and bias into ks (pairs).
 func turboKeyCodes(kc, ks []float32, row []byte, bits, g int) {
 	d := len(kc)
-	switch bits {
-	case 8:
+	if bits == 8 {
 		for i := range kc {
 			kc[i] = float32(int8(row[i]))
 		}
-	case 4:
-		for i := 0; i < d; i += 2 {
-			c := row[i/2]
-			kc[i], kc[i+1] = float32(c&15), float32(c>>4)
-		}
-	case 2:
-		for i := 0; i < d; i += 4 {
-			c := row[i/4]
-			kc[i], kc[i+1], kc[i+2], kc[i+3] = float32(c&3), float32(c>>2&3), float32(c>>4&3), float32(c>>6)
-		}
-	default:
-		for i := range kc {
-			kc[i] = float32(turboCode(row, i, bits))
+	} else {
+		var c [8]uint8
+		for i := 0; i < d; i += 8 {
+			turboUnpack8(&c, row[i/8*bits:], bits)
+			for k, v := range c {
+				kc[i+k] = float32(v)
+			}
 		}
 	}
 	meta := row[d*bits/8:]
@@ -330,10 +336,18 @@ func turboKeyCodes(kc, ks []float32, row []byte, bits, g int) {
 func turboValueRow(vr []float32, row []byte, bits, g int, levels []float32) {
 	d := len(vr)
 	meta := row[d*bits/8:]
+	var c [8]uint8
 	for gi := range d / g {
 		sigma := tensor.F16ToF32(uint16(meta[2*gi]) | uint16(meta[2*gi+1])<<8)
-		for i := gi * g; i < (gi+1)*g; i++ {
-			vr[i] = levels[turboCode(row, i, bits)] * sigma
+		for i := gi * g; i < (gi+1)*g; i += 8 {
+			if bits == 8 {
+				copy(c[:], row[i:i+8])
+			} else {
+				turboUnpack8(&c, row[i/8*bits:], bits)
+			}
+			for k, v := range c {
+				vr[i+k] = levels[v] * sigma
+			}
 		}
 	}
 }

@@ -47,6 +47,13 @@ type BatchOptions struct {
 	// (the pool keeps unreferenced cached blocks until a write needs them:
 	// the prompt cache is a view over the pool, under its one capacity).
 	NoPrefixReuse bool
+	// Restore, when set, may fill a row's fresh pool caches from elsewhere
+	// (a cache on disk) at admission, after prefix reuse: it is given the
+	// row's prompt, the caches and how many tokens they already hold, and
+	// returns how many leading prompt tokens they hold after it (at most
+	// len(prompt)−1, and no fewer than before: it replaces their state
+	// only with a longer one). The row then prefills the rest.
+	Restore func(prompt []int32, caches []kv.Cache, held int) (int, error)
 }
 
 // ErrNeverFits is what a *FitError unwraps to.
@@ -378,15 +385,26 @@ func (b *Batch) admit(r *Row, events []Event) []Event {
 		b.hold(r, 1)
 		r.caches = b.o.Pool.NewCaches()
 		r.owned = true
+		n := 0
 		if !b.o.NoPrefixReuse {
-			n, err := b.o.Pool.AdoptPrefix(r.caches, r.prompt, len(r.prompt)-1)
+			var err error
+			if n, err = b.o.Pool.AdoptPrefix(r.caches, r.prompt, len(r.prompt)-1); err != nil {
+				return b.end(r, StopError, err, events)
+			}
+		}
+		if b.o.Restore != nil && n < len(r.prompt)-1 {
+			m, err := b.o.Restore(r.prompt, r.caches, n)
 			if err != nil {
 				return b.end(r, StopError, err, events)
 			}
-			if n > 0 {
-				r.q = newSeq(r.prompt, r.opts, b.m.VocabSize(), r.q.smp, n)
-				b.stats.CachedTokens += n
+			if m < n || m >= len(r.prompt) {
+				return b.end(r, StopError, fmt.Errorf("generate: restore left %d of a %d-token prompt in caches holding %d", m, len(r.prompt), n), events)
 			}
+			n = m
+		}
+		if n > 0 {
+			r.q = newSeq(r.prompt, r.opts, b.m.VocabSize(), r.q.smp, n)
+			b.stats.CachedTokens += n
 		}
 	}
 	if r.caches == nil {

@@ -359,7 +359,11 @@ func newCacheFor(e cacheEntry) (Cache, error) {
 }
 
 // parseFile validates the structure and checksums of a whole file.
-func parseFile(data []byte) (*index, error) {
+func parseFile(data []byte) (*index, error) { return parseIndex(data, true) }
+
+// parseIndex checks the file's framing, index and token ids, and, when
+// arrays is set, every array's placement and checksum.
+func parseIndex(data []byte, arrays bool) (*index, error) {
 	if len(data) < 16 || [8]byte(data[:8]) != fileMagic {
 		return nil, ErrNotCacheFile
 	}
@@ -388,7 +392,7 @@ func parseFile(data []byte) (*index, error) {
 		return nil, fmt.Errorf("%w: index version %d, %d layers for %d caches", ErrCorrupt, idx.Version, idx.Layers, len(idx.Caches))
 	}
 	end := int64(pageSize) // arrays lie in order, page-aligned, without overlap, before the index
-	check := func(what string, a arrayEntry, dt tensor.DType) error {
+	check := func(what string, a arrayEntry, dt tensor.DType, sum bool) error {
 		elems := int64(1)
 		for _, d := range a.Shape {
 			if d < 0 || (d > 0 && elems > (1<<40)/int64(d)) {
@@ -399,7 +403,7 @@ func parseFile(data []byte) (*index, error) {
 		if a.NBytes != elems*int64(dt.Size()) || a.Offset%pageSize != 0 || a.Offset < end || a.NBytes > off-a.Offset {
 			return fmt.Errorf("%w: %s at %d+%d (shape %v) does not fit", ErrCorrupt, what, a.Offset, a.NBytes, a.Shape)
 		}
-		if crc32.Checksum(data[a.Offset:a.Offset+a.NBytes], castagnoli) != a.CRC {
+		if sum && crc32.Checksum(data[a.Offset:a.Offset+a.NBytes], castagnoli) != a.CRC {
 			return fmt.Errorf("%w: %s checksum mismatch", ErrCorrupt, what)
 		}
 		end = a.Offset + a.NBytes
@@ -408,7 +412,7 @@ func parseFile(data []byte) (*index, error) {
 	if len(idx.Tokens.Shape) != 1 {
 		return nil, fmt.Errorf("%w: token ids of shape %v", ErrCorrupt, idx.Tokens.Shape)
 	}
-	if err := check("token ids", idx.Tokens, tensor.Int32); err != nil {
+	if err := check("token ids", idx.Tokens, tensor.Int32, true); err != nil {
 		return nil, err
 	}
 	for li, c := range idx.Caches {
@@ -417,12 +421,36 @@ func parseFile(data []byte) (*index, error) {
 			if err != nil || len(a.Shape) != 4 {
 				return nil, fmt.Errorf("%w: layer %d array %d: dtype %q, shape %v", ErrCorrupt, li, ai, a.DType, a.Shape)
 			}
-			if err := check(fmt.Sprintf("layer %d array %d", li, ai), a, dt); err != nil {
+			if err := check(fmt.Sprintf("layer %d array %d", li, ai), a, dt, arrays); err != nil {
 				return nil, err
 			}
 		}
 	}
 	return &idx, nil
+}
+
+// Peek reads what a cache file at path covers — its token ids and
+// metadata — without loading its caches or checksumming their arrays (the
+// framing, the index and the token ids are checked): enough to index a
+// folder of cache files cheaply. Load still verifies everything.
+func Peek(path string) (tokens []int32, meta Meta, err error) {
+	data, unmap, err := mapFile(path)
+	if err != nil {
+		return nil, Meta{}, fmt.Errorf("kv peek: %w", err)
+	}
+	if unmap != nil {
+		defer unmap(data)
+	}
+	idx, err := parseIndex(data, false)
+	if err != nil {
+		return nil, Meta{}, fmt.Errorf("kv peek %s: %w", path, err)
+	}
+	tok := data[idx.Tokens.Offset : idx.Tokens.Offset+idx.Tokens.NBytes]
+	tokens = make([]int32, len(tok)/4)
+	for i := range tokens {
+		tokens[i] = int32(binary.LittleEndian.Uint32(tok[4*i:]))
+	}
+	return tokens, Meta{ModelID: idx.ModelID, Extra: idx.Extra}, nil
 }
 
 // readAll is the fallback where files cannot be mapped.

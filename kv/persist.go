@@ -310,7 +310,7 @@ func Load(path string, want Expect) (*Saved, error) {
 			if len(e.Arrays) > 0 {
 				setPin(c, m.acquire())
 			}
-			if e.Kind == KindKV || e.Kind == KindQuantized || e.Kind == KindTurbo {
+			if e.Kind == KindKV || e.Kind == KindQuantized || e.Kind == KindTurbo || e.Kind == KindTurboQJL {
 				// the state's arrays are the live prefix; the offset is theirs
 				if c.Offset() != e.Offset {
 					c.Free()
@@ -336,6 +336,9 @@ func setPin(c Cache, m *mapping) {
 }
 
 func newCacheFor(e cacheEntry) (Cache, error) {
+	if c, ok, err := turboCacheFor(e.Kind, e.MaxSize, e.Keep, e.Bits, e.ValueBits); ok {
+		return c, err
+	}
 	switch e.Kind {
 	case KindKV:
 		return NewKVCache(), nil
@@ -348,10 +351,6 @@ func newCacheFor(e cacheEntry) (Cache, error) {
 		return NewRotatingKVCache(e.MaxSize, e.Keep), nil
 	case KindQuantizedRotating:
 		return NewQuantizedRotatingKVCache(e.MaxSize, e.Keep, e.GroupSize, e.Bits)
-	case KindTurbo:
-		return NewTurboQuantKVCache(TurboSpec{KeyBits: e.Bits, ValueBits: e.ValueBits})
-	case KindTurboRotating:
-		return NewTurboQuantRotatingKVCache(e.MaxSize, e.Keep, TurboSpec{KeyBits: e.Bits, ValueBits: e.ValueBits})
 	case KindRecurrent:
 		return NewRecurrentCache(), nil
 	}

@@ -11,9 +11,38 @@ import (
 
 // TurboQuant cache kinds.
 const (
-	KindTurbo         Kind = "TurboQuantKVCache"
-	KindTurboRotating Kind = "TurboQuantRotatingKVCache"
+	KindTurbo            Kind = "TurboQuantKVCache"
+	KindTurboRotating    Kind = "TurboQuantRotatingKVCache"
+	KindTurboQJL         Kind = "TurboQuantQJLKVCache"
+	KindTurboQJLRotating Kind = "TurboQuantQJLRotatingKVCache"
 )
+
+// turboKind is the kind of a TurboQuant cache of the scheme.
+func (s TurboSpec) turboKind(rotating bool) Kind {
+	switch {
+	case s.QJL && rotating:
+		return KindTurboQJLRotating
+	case s.QJL:
+		return KindTurboQJL
+	case rotating:
+		return KindTurboRotating
+	}
+	return KindTurbo
+}
+
+// turboCacheFor makes an empty TurboQuant cache of a saved kind.
+func turboCacheFor(kind Kind, maxSize, keep, keyBits, valueBits int) (Cache, bool, error) {
+	spec := TurboSpec{KeyBits: keyBits, ValueBits: valueBits, QJL: kind == KindTurboQJL || kind == KindTurboQJLRotating}
+	switch kind {
+	case KindTurbo, KindTurboQJL:
+		c, err := NewTurboQuantKVCache(spec)
+		return c, true, err
+	case KindTurboRotating, KindTurboQJLRotating:
+		c, err := NewTurboQuantRotatingKVCache(maxSize, keep, spec)
+		return c, true, err
+	}
+	return nil, false, nil
+}
 
 // TurboKV is what attention reads from a TurboQuant cache: each token's
 // coded key and value bytes per KV head, [B, Hkv, T, KeyBytes] and
@@ -61,7 +90,7 @@ func NewTurboQuantKVCache(spec TurboSpec) (*TurboQuantKVCache, error) {
 	if err := spec.valid(); err != nil {
 		return nil, err
 	}
-	return &TurboQuantKVCache{linear: linear{buffers{kind: KindTurbo}}, spec: spec}, nil
+	return &TurboQuantKVCache{linear: linear{buffers{kind: spec.turboKind(false)}}, spec: spec}, nil
 }
 
 // NewTurboQuantRotatingKVCache returns an empty TurboQuant sliding-window
@@ -73,7 +102,7 @@ func NewTurboQuantRotatingKVCache(maxSize, keep int, spec TurboSpec) (*TurboQuan
 	if maxSize <= 0 || keep < 0 || keep >= maxSize {
 		return nil, fmt.Errorf("kv: rotating cache with max size %d, keep %d", maxSize, keep)
 	}
-	return &TurboQuantRotatingKVCache{rotating: rotating{buffers: buffers{kind: KindTurboRotating}, maxSize: maxSize, keepN: keep}, spec: spec}, nil
+	return &TurboQuantRotatingKVCache{rotating: rotating{buffers: buffers{kind: spec.turboKind(true)}, maxSize: maxSize, keepN: keep}, spec: spec}, nil
 }
 
 // Spec is the cache's scheme.
@@ -235,7 +264,11 @@ func turboEncode(op string, spec TurboSpec, keys, values *tensor.Array) (*tensor
 	parallelRows(rows, func(lo, hi int) {
 		var s turboScratch
 		for r := lo; r < hi; r++ {
-			encodeKey(kout[r*kb:(r+1)*kb], kx[r*dk:(r+1)*dk], spec.KeyBits, &s)
+			if spec.QJL {
+				encodeKeyQJL(kout[r*kb:(r+1)*kb], kx[r*dk:(r+1)*dk], spec.KeyBits, &s)
+			} else {
+				encodeKey(kout[r*kb:(r+1)*kb], kx[r*dk:(r+1)*dk], spec.KeyBits, &s)
+			}
 			encodeValue(vout[r*vb:(r+1)*vb], vx[r*dv:(r+1)*dv], spec.ValueBits, &s)
 		}
 	})
@@ -282,7 +315,11 @@ func (t *TurboKV) decode(rotated bool) (keys, values *tensor.Array) {
 	parallelRows(rows, func(lo, hi int) {
 		var s turboScratch
 		for r := lo; r < hi; r++ {
-			decodeKey(kout[r*dk:(r+1)*dk], kraw[r*kb:(r+1)*kb], t.Spec.KeyBits)
+			if t.Spec.QJL {
+				decodeKeyQJL(kout[r*dk:(r+1)*dk], kraw[r*kb:(r+1)*kb], t.Spec.KeyBits, &s)
+			} else {
+				decodeKey(kout[r*dk:(r+1)*dk], kraw[r*kb:(r+1)*kb], t.Spec.KeyBits)
+			}
 			if rotated {
 				decodeValueRotated(nil, vout[r*dv:(r+1)*dv], vraw[r*vb:(r+1)*vb], dv, t.Spec.ValueBits)
 			} else {
@@ -302,7 +339,7 @@ func (t *TurboKV) decode(rotated bool) (keys, values *tensor.Array) {
 // and the rotated values, run SDPA in q's dtype, and transform its output
 // back (signs·H/√d as a matmul): the deferred inverse transform.
 func turboAttention(q *tensor.Array, t *TurboKV, o tensor.SDPAOptions) *tensor.Array {
-	if ta, ok := q.Backend().(tensor.TurboAttention); ok && o.Sinks == nil {
+	if ta, ok := q.Backend().(tensor.TurboAttention); ok && o.Sinks == nil && !t.Spec.QJL {
 		return ta.SDPATurbo(q, t.Keys, t.Values, t.Layout(), o)
 	}
 	return turboAttentionComposed(q, t, o)

@@ -26,7 +26,7 @@ func BenchmarkTurboDecodeAttention(b *testing.B) {
 		{"plain", func() Cache { return NewKVCache() }, false},
 		{"q4g64", func() Cache { c, _ := NewQuantizedKVCache(64, 4); return c }, false},
 		{"k8v3", func() Cache { c, _ := NewTurboQuantKVCache(DefaultTurbo); return c }, false},
-		{"k4v3", func() Cache { c, _ := NewTurboQuantKVCache(TurboSpec{4, 3}); return c }, false},
+		{"k4v3", func() Cache { c, _ := NewTurboQuantKVCache(TurboSpec{KeyBits: 4, ValueBits: 3}); return c }, false},
 		{"k8v3-composed", func() Cache { c, _ := NewTurboQuantKVCache(DefaultTurbo); return c }, true},
 	}
 	for _, ctx := range []int{1024, 8192, 32768} {

@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // TurboGroup is the group size of TurboQuant's per-group scales, along
@@ -24,19 +25,42 @@ var (
 // transform and snapped to a ValueBits Lloyd–Max codebook, both in groups
 // of TurboGroup along the head dim. The byte layout of one token of one
 // KV head is tensor.TurboLayout's.
-type TurboSpec struct{ KeyBits, ValueBits int }
+//
+// With QJL (the paper's variant, "turbo-qjl"), keys are rotated like
+// values and coded in two stages: KeyBits−1 bits of Lloyd–Max codes per
+// channel, then one bit per channel of a quantized Johnson–Lindenstrauss
+// sketch of the residual (the signs of S·r for a fixed Gaussian S) and the
+// residual's norm, which make inner products with the decoded key
+// unbiased. Attention decodes such keys (no fused kernel).
+type TurboSpec struct {
+	KeyBits, ValueBits int
+	QJL                bool
+}
+
+// TurboQJLKeyBits are the key widths the QJL variant takes (its first
+// stage uses one bit fewer).
+var TurboQJLKeyBits = []int{3, 4, 5}
 
 // DefaultTurbo is the scheme "turbo" names alone: 8-bit keys, 3-bit values.
 var DefaultTurbo = TurboSpec{KeyBits: 8, ValueBits: 3}
 
-// ParseKVQuant parses a --kv-quant value: "turbo" (DefaultTurbo) or
-// "turbo:k<bits>v<bits>", e.g. "turbo:k4v3".
+// DefaultTurboQJL is the scheme "turbo-qjl" names alone: 4-bit keys (3
+// bits of codes and the 1-bit residual sketch), 3-bit values.
+var DefaultTurboQJL = TurboSpec{KeyBits: 4, ValueBits: 3, QJL: true}
+
+// ParseKVQuant parses a --kv-quant value: "turbo" (DefaultTurbo),
+// "turbo:k<bits>v<bits>" (e.g. "turbo:k4v3"), "turbo-qjl"
+// (DefaultTurboQJL) or "turbo-qjl:k<bits>v<bits>".
 func ParseKVQuant(s string) (TurboSpec, error) {
 	name, arg, has := strings.Cut(s, ":")
-	if name != "turbo" {
-		return TurboSpec{}, fmt.Errorf("kv: unknown KV quantization %q (want turbo or turbo:k<bits>v<bits>)", s)
+	if name != "turbo" && name != "turbo-qjl" {
+		return TurboSpec{}, fmt.Errorf("kv: unknown KV quantization %q (want turbo[:k<bits>v<bits>] or turbo-qjl[:k<bits>v<bits>])", s)
 	}
+	qjl := name == "turbo-qjl"
 	if !has {
+		if qjl {
+			return DefaultTurboQJL, nil
+		}
 		return DefaultTurbo, nil
 	}
 	k, v, ok := strings.Cut(strings.TrimPrefix(arg, "k"), "v")
@@ -45,24 +69,33 @@ func ParseKVQuant(s string) (TurboSpec, error) {
 	if !strings.HasPrefix(arg, "k") || !ok || err1 != nil || err2 != nil {
 		return TurboSpec{}, fmt.Errorf("kv: bad TurboQuant scheme %q (want turbo:k<bits>v<bits>, e.g. turbo:k8v3)", s)
 	}
-	spec := TurboSpec{KeyBits: kb, ValueBits: vb}
+	spec := TurboSpec{KeyBits: kb, ValueBits: vb, QJL: qjl}
 	return spec, spec.valid()
 }
 
 // String is the scheme's name as ParseKVQuant reads it.
-func (s TurboSpec) String() string { return fmt.Sprintf("turbo:k%dv%d", s.KeyBits, s.ValueBits) }
+func (s TurboSpec) String() string {
+	if s.QJL {
+		return fmt.Sprintf("turbo-qjl:k%dv%d", s.KeyBits, s.ValueBits)
+	}
+	return fmt.Sprintf("turbo:k%dv%d", s.KeyBits, s.ValueBits)
+}
 
 func (s TurboSpec) valid() error {
 	okK, okV := false, false
-	for _, b := range TurboKeyBits {
+	keyBits := TurboKeyBits
+	if s.QJL {
+		keyBits = TurboQJLKeyBits
+	}
+	for _, b := range keyBits {
 		okK = okK || b == s.KeyBits
 	}
 	for _, b := range TurboValueBits {
 		okV = okV || b == s.ValueBits
 	}
 	if !okK || !okV {
-		return fmt.Errorf("kv: TurboQuant with %d-bit keys and %d-bit values is not supported (key bits %v, value bits %v)",
-			s.KeyBits, s.ValueBits, TurboKeyBits, TurboValueBits)
+		return fmt.Errorf("kv: %s: %d-bit keys and %d-bit values are not supported (key bits %v, value bits %v)",
+			s, s.KeyBits, s.ValueBits, keyBits, TurboValueBits)
 	}
 	return nil
 }
@@ -87,13 +120,24 @@ func (s TurboSpec) Check(keyDim, valueDim int) error {
 }
 
 // KeyBytes is the size of one token's key of one KV head.
-func (s TurboSpec) KeyBytes(d int) int { return d*s.KeyBits/8 + 4*(d/TurboGroup) }
+func (s TurboSpec) KeyBytes(d int) int {
+	if s.QJL {
+		// codes, a float16 RMS per group, d sign bits, the residual norm
+		return d*(s.KeyBits-1)/8 + 2*(d/TurboGroup) + d/8 + 2
+	}
+	return d*s.KeyBits/8 + 4*(d/TurboGroup)
+}
 
 // ValueBytes is the size of one token's value of one KV head.
 func (s TurboSpec) ValueBytes(d int) int { return d*s.ValueBits/8 + 2*(d/TurboGroup) }
 
 // keyDim and valueDim invert KeyBytes and ValueBytes.
-func (s TurboSpec) keyDim(n int) int   { return 8 * n / (s.KeyBits + 1) }
+func (s TurboSpec) keyDim(n int) int {
+	if s.QJL {
+		return 16 * (n - 2) / (2*s.KeyBits + 1)
+	}
+	return 8 * n / (s.KeyBits + 1)
+}
 func (s TurboSpec) valueDim(n int) int { return 16 * n / (2*s.ValueBits + 1) }
 
 // ---- the codec of one vector ----
@@ -390,3 +434,126 @@ func unrotate(y []float64) {
 
 // isPow2 reports whether d is a power of two.
 func isPow2(d int) bool { return d > 0 && bits.OnesCount(uint(d)) == 1 }
+
+// ---- the QJL key variant ----
+
+// qjlMatrices are the fixed Gaussian sketch matrices S (d×d, row-major)
+// of each head dim: N(0, 1) draws by Box–Muller from splitmix64 seeded
+// with 4242 + d.
+var qjlMatrices sync.Map // int → []float64
+
+func qjlMatrix(d int) []float64 {
+	if m, ok := qjlMatrices.Load(d); ok {
+		return m.([]float64)
+	}
+	m := make([]float64, d*d)
+	s := uint64(4242 + d)
+	next := func() float64 {
+		s += 0x9E3779B97F4A7C15
+		z := s
+		z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
+		z = (z ^ z>>27) * 0x94D049BB133111EB
+		z ^= z >> 31
+		return (float64(z>>11) + 0.5) / (1 << 53) // in (0, 1)
+	}
+	for i := 0; i < len(m); i += 2 {
+		u, v := next(), next()
+		r := math.Sqrt(-2 * math.Log(u))
+		m[i], m[i+1] = r*math.Cos(2*math.Pi*v), r*math.Sin(2*math.Pi*v)
+	}
+	got, _ := qjlMatrices.LoadOrStore(d, m)
+	return got.([]float64)
+}
+
+// rotateInto writes the value transform of x into y: H(signs·x)/√d.
+func rotateInto(y []float64, x []float32) {
+	for i, a := range x {
+		y[i] = turboSigns[i] * float64(a)
+	}
+	fwht(y)
+	r := math.Sqrt(float64(len(y)))
+	for i := range y {
+		y[i] /= r
+	}
+}
+
+// encodeKeyQJL writes one key (len d) as KeyBytes(d) bytes of the QJL
+// variant: rotated, b−1-bit Lloyd–Max codes with a float16 RMS per group
+// (as values), then the signs of S·r for the residual r (bit i set when
+// (S·r)_i ≥ 0) and ‖r‖ as float16.
+func encodeKeyQJL(dst []byte, x []float32, b int, s *turboScratch) {
+	d := len(x)
+	s.size(d)
+	y := s.y
+	rotateInto(y, x)
+	bk := turboBooks[b-1]
+	nc := d * (b - 1) / 8
+	meta := dst[nc:]
+	res := make([]float64, d)
+	for g := 0; g < d; g += TurboGroup {
+		ss := 0.0
+		for _, a := range y[g : g+TurboGroup] {
+			ss += a * a
+		}
+		sb := f16Bits(math.Sqrt(ss / TurboGroup))
+		sigma := f16Value(sb)
+		for i := g; i < g+TurboGroup; i++ {
+			u := 0.0
+			if sigma != 0 {
+				u = y[i] / sigma
+			}
+			q := searchBelow(bk.thresholds, u)
+			s.codes[i] = int32(q)
+			res[i] = y[i] - bk.levels[q]*sigma
+		}
+		k := g / TurboGroup * 2
+		meta[k], meta[k+1] = byte(sb), byte(sb>>8)
+	}
+	packCodes(dst, s.codes, b-1)
+	signs := meta[2*(d/TurboGroup):]
+	clear(signs[:d/8])
+	sk := qjlMatrix(d)
+	norm := 0.0
+	for _, a := range res {
+		norm += a * a
+	}
+	for i := range d {
+		p := 0.0
+		for j, a := range sk[i*d : (i+1)*d] {
+			p += a * res[j]
+		}
+		if p >= 0 {
+			signs[i/8] |= 1 << (i % 8)
+		}
+	}
+	nb := f16Bits(math.Sqrt(norm))
+	signs[d/8], signs[d/8+1] = byte(nb), byte(nb>>8)
+}
+
+// decodeKeyQJL reads a key written by encodeKeyQJL: the first stage's
+// levels plus ‖r‖·√(π/2)/d · Sᵀ·sign, rotated back.
+func decodeKeyQJL(out []float32, src []byte, b int, s *turboScratch) {
+	d := len(out)
+	s.size(d)
+	y := s.y
+	decodeValueRotated(y, nil, src, d, b-1)
+	signs := src[d*(b-1)/8+2*(d/TurboGroup):]
+	norm := f16Value(uint16(signs[d/8]) | uint16(signs[d/8+1])<<8)
+	if norm != 0 {
+		c := norm * math.Sqrt(math.Pi/2) / float64(d)
+		sk := qjlMatrix(d)
+		for i := range d {
+			z := -c
+			if signs[i/8]>>(i%8)&1 == 1 {
+				z = c
+			}
+			for j, a := range sk[i*d : (i+1)*d] {
+				y[j] += z * a
+			}
+		}
+	}
+	unrotate(y)
+	for i, a := range y {
+		out[i] = float32(a)
+	}
+}

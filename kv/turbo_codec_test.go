@@ -237,3 +237,57 @@ func sphereDistortion(bk *turboBook) float64 {
 	}
 	return num / den
 }
+
+// TestTurboQJLUnbiased: with the QJL residual sketch, inner products of a
+// query with decoded keys are unbiased (the least-squares slope of the
+// estimate on the truth is 1, within 4%: S is one fixed draw, so the
+// expectation holds only up to O(1/√d) for a given S), while the first
+// stage alone — the same codes without the sketch — shrinks them. The
+// sketch pays for that with variance: the log shows both mean squared
+// errors (the sketch's is larger at every width here).
+func TestTurboQJLUnbiased(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	var s turboScratch
+	for _, b := range TurboQJLKeyBits {
+		for _, d := range []int{64, 128} {
+			spec := TurboSpec{KeyBits: b, ValueBits: 3, QJL: true}
+			buf := make([]byte, spec.KeyBytes(d))
+			q := make([]float64, d)
+			for i := range q {
+				q[i] = r.NormFloat64()
+			}
+			k := make([]float32, d)
+			dec := make([]float32, d)
+			first := make([]float64, d)
+			var sxy, sxx, sfy, eq, ef float64
+			for range 3000 {
+				for i := range k {
+					k[i] = float32(r.NormFloat64())
+				}
+				encodeKeyQJL(buf, k, b, &s)
+				decodeKeyQJL(dec, buf, b, &s)
+				decodeValueRotated(first, nil, buf, d, b-1)
+				unrotate(first)
+				var truth, est, fst float64
+				for i := range d {
+					truth += q[i] * float64(k[i])
+					est += q[i] * float64(dec[i])
+					fst += q[i] * first[i]
+				}
+				sxy += truth * est
+				sfy += truth * fst
+				sxx += truth * truth
+				eq += (est - truth) * (est - truth)
+				ef += (fst - truth) * (fst - truth)
+			}
+			slope, fslope := sxy/sxx, sfy/sxx
+			t.Logf("k%d d=%d: slope with sketch %.4f, first stage alone %.4f; MSE %.4g vs %.4g", b, d, slope, fslope, eq, ef)
+			if math.Abs(slope-1) > 0.04 {
+				t.Errorf("k%d d=%d: slope %.4f of decoded inner products, want 1", b, d, slope)
+			}
+			if fslope > 1-turboDistortion[b-1]/2 {
+				t.Errorf("k%d d=%d: first stage alone has slope %.4f: expected shrinkage", b, d, fslope)
+			}
+		}
+	}
+}

@@ -23,7 +23,7 @@ func turboTokens(r *rand.Rand, n int) (k, v *tensor.Array) {
 	return
 }
 
-var turboSpecs = []TurboSpec{{8, 3}, {4, 2}, {2, 5}, {5, 8}}
+var turboSpecs = []TurboSpec{{KeyBits: 8, ValueBits: 3}, {KeyBits: 4, ValueBits: 2}, {KeyBits: 2, ValueBits: 5}, {KeyBits: 5, ValueBits: 8}, {KeyBits: 4, ValueBits: 3, QJL: true}}
 
 func turboMakers(spec TurboSpec) []struct {
 	name  string
@@ -132,7 +132,7 @@ func TestTurboCacheStates(t *testing.T) {
 		if cs.ValueBits != spec.ValueBits || cs.Bits != spec.KeyBits || cs.GroupSize != TurboGroup {
 			t.Fatalf("%s: state scheme %d/%d/%d", m.name, cs.GroupSize, cs.Bits, cs.ValueBits)
 		}
-		other, _ := NewTurboQuantKVCache(TurboSpec{4, 3})
+		other, _ := NewTurboQuantKVCache(TurboSpec{KeyBits: 4, ValueBits: 3})
 		if m.name == "full" {
 			if err := other.SetState(st); err == nil {
 				t.Fatalf("a k4v3 cache took a k8v3 state")
@@ -175,7 +175,8 @@ func TestTurboPersist(t *testing.T) {
 	defer tensortest.NoLeaks(t)()
 	r := rand.New(rand.NewPCG(13, 0))
 	var cs []Cache
-	for _, m := range turboMakers(TurboSpec{4, 3}) {
+	makers := append(turboMakers(TurboSpec{KeyBits: 4, ValueBits: 3}), turboMakers(DefaultTurboQJL)...)
+	for _, m := range makers {
 		c := m.turbo()
 		for range 8 {
 			k, v := turboTokens(r, 1+r.IntN(12))
@@ -195,8 +196,8 @@ func TestTurboPersist(t *testing.T) {
 	for i, c := range cs {
 		a, b := c.State(), got.Caches[i].State()
 		sameState(t, a, b)
-		if b.ValueBits != 3 || b.Bits != 4 {
-			t.Fatalf("loaded scheme k%dv%d", b.Bits, b.ValueBits)
+		if b.ValueBits != 3 || b.Bits != 4 || b.Kind != a.Kind {
+			t.Fatalf("loaded scheme %s k%dv%d", b.Kind, b.Bits, b.ValueBits)
 		}
 		a.Free()
 		b.Free()
@@ -242,14 +243,14 @@ func TestTurboAttention(t *testing.T) {
 		dt        tensor.DType
 	}
 	cases := []tcase{
-		{TurboSpec{8, 3}, 20, 7, 1, 0, false, tensor.Float32},
-		{TurboSpec{8, 3}, 20, 1, 2, 0, false, tensor.Float32},
-		{TurboSpec{4, 8}, 33, 1, 1, 0, false, tensor.Float32},
-		{TurboSpec{2, 5}, 9, 5, 1, 0, true, tensor.Float32},
-		{TurboSpec{5, 2}, 1500, 1, 1, 0, false, tensor.Float32},
-		{TurboSpec{8, 4}, 700, 3, 2, 0, false, tensor.BFloat16},
-		{TurboSpec{8, 3}, 50, 1, 1, 16, false, tensor.Float32},
-		{TurboSpec{8, 3}, 50, 4, 1, 16, false, tensor.Float32},
+		{TurboSpec{KeyBits: 8, ValueBits: 3}, 20, 7, 1, 0, false, tensor.Float32},
+		{TurboSpec{KeyBits: 8, ValueBits: 3}, 20, 1, 2, 0, false, tensor.Float32},
+		{TurboSpec{KeyBits: 4, ValueBits: 8}, 33, 1, 1, 0, false, tensor.Float32},
+		{TurboSpec{KeyBits: 2, ValueBits: 5}, 9, 5, 1, 0, true, tensor.Float32},
+		{TurboSpec{KeyBits: 5, ValueBits: 2}, 1500, 1, 1, 0, false, tensor.Float32},
+		{TurboSpec{KeyBits: 8, ValueBits: 4}, 700, 3, 2, 0, false, tensor.BFloat16},
+		{TurboSpec{KeyBits: 8, ValueBits: 3}, 50, 1, 1, 16, false, tensor.Float32},
+		{TurboSpec{KeyBits: 8, ValueBits: 3}, 50, 4, 1, 16, false, tensor.Float32},
 	}
 	for _, tc := range cases {
 		var c Cache
@@ -318,7 +319,7 @@ func TestTurboAttention(t *testing.T) {
 func TestTurboPlan(t *testing.T) {
 	defer tensortest.NoLeaks(t)()
 	r := rand.New(rand.NewPCG(15, 0))
-	spec := TurboSpec{8, 4}
+	spec := TurboSpec{KeyBits: 8, ValueBits: 4}
 	caches := []Cache{NewKVCache(), NewRotatingKVCache(16, 0), nil}
 	plan := QuantPlan{Turbo: &spec, Start: 10}
 	for _, n := range []int{6, 6} {
@@ -360,7 +361,7 @@ func TestTurboPlan(t *testing.T) {
 	if s, err := ParseKVQuant("turbo"); err != nil || s != DefaultTurbo {
 		t.Errorf("turbo: %v %v", s, err)
 	}
-	if s, err := ParseKVQuant("turbo:k4v2"); err != nil || s != (TurboSpec{4, 2}) {
+	if s, err := ParseKVQuant("turbo:k4v2"); err != nil || s != (TurboSpec{KeyBits: 4, ValueBits: 2}) {
 		t.Errorf("turbo:k4v2: %v %v", s, err)
 	}
 }
@@ -372,7 +373,7 @@ func TestTurboBytes(t *testing.T) {
 	if got := s.KeyBytes(128) + s.ValueBytes(128); got != 200 {
 		t.Fatalf("k8v3 at 128: %d bytes", got)
 	}
-	for _, sp := range []TurboSpec{{2, 2}, {5, 5}, {8, 8}, {4, 3}} {
+	for _, sp := range []TurboSpec{{KeyBits: 2, ValueBits: 2}, {KeyBits: 5, ValueBits: 5}, {KeyBits: 8, ValueBits: 8}, {KeyBits: 4, ValueBits: 3}, {KeyBits: 3, ValueBits: 2, QJL: true}, {KeyBits: 5, ValueBits: 8, QJL: true}} {
 		for _, d := range TurboHeadDims {
 			if sp.keyDim(sp.KeyBytes(d)) != d || sp.valueDim(sp.ValueBytes(d)) != d {
 				t.Fatalf("%s d=%d: sizes do not invert", sp, d)

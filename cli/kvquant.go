@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/pflag"
 )
 
-const kvQuantUsage = "TurboQuant KV cache: turbo (k8v3) or turbo:k<bits>v<bits> (keys 2/4/5/8, values 2/3/4/5/8 bits), from --quantized-kv-start; excludes --kv-bits and --kv-config"
+const kvQuantUsage = "TurboQuant KV cache: turbo (k8v3) or turbo:k<bits>v<bits> (keys 2/4/5/8, values 2/3/4/5/8 bits); turbo-qjl[:k<bits>v<bits>] (keys 3/4/5 bits with a 1-bit residual sketch; default k4v3); from --quantized-kv-start; excludes --kv-bits and --kv-config"
 
 // addKVQuantFlag registers --kv-quant.
 func addKVQuantFlag(fl *pflag.FlagSet, s *string) { fl.StringVar(s, "kv-quant", "", kvQuantUsage) }

@@ -154,6 +154,10 @@ type Options struct {
 	// QuantizedKVStart; it excludes KVBits and KVConfig.
 	KVQuant *kv.TurboSpec
 
+	// Speculation, when set with a draft source, turns on speculative
+	// decoding (see Speculation).
+	Speculation *Speculation
+
 	// Backend is where the loop creates its input arrays (nil:
 	// tensor.Default()); it must be the model's.
 	Backend tensor.Backend
@@ -260,6 +264,9 @@ type Stats struct {
 	// CacheTokens are exactly the tokens whose KV the caches hold, in
 	// order: the key under which PromptCache.Put stores them.
 	CacheTokens []int32 `json:"-"`
+	// Speculation holds speculative decoding's statistics when it was on
+	// (DecodeSteps then counts the target's forward passes).
+	Speculation *SpecStats `json:"speculation,omitempty"`
 }
 
 // StepRunner is implemented by backends on which a tensor op costs more
@@ -361,6 +368,9 @@ func prepare(m Model, prompt []int32, opts *Options, be tensor.Backend) (*prepar
 	}
 	if o.QuantizedKVStart < 0 {
 		return nil, fmt.Errorf("generate: quantized KV start %d", o.QuantizedKVStart)
+	}
+	if err := checkSpec(&o, m); err != nil {
+		return nil, err
 	}
 	r := &prepared{be: be}
 	if r.be == nil {

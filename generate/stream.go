@@ -120,6 +120,9 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 	if err := s.prefill(); err != nil {
 		return err
 	}
+	if specOn(&q.o) {
+		return s.runSpec(yield)
+	}
 
 	pipelined := q.pipelinable()
 	q.stats.Pipelined = pipelined

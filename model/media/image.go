@@ -1,0 +1,154 @@
+// Package media turns image and audio files into the inputs of
+// multimodal towers, the way Hugging Face's processors do: image decoding
+// and the aspect-preserving bicubic resize, rescale and patchify of
+// Gemma 4's image processor; WAV decoding, mono mixdown, resampling and the
+// log-mel spectrogram of Gemma 4's audio feature extractor. It is pure Go
+// (no tensors): the model package feeds what it returns to the towers.
+package media
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"image"
+	"image/color"
+	_ "image/gif" // registers GIF with image.Decode
+	_ "image/jpeg"
+	_ "image/png"
+)
+
+// Errors wrapped by what this package returns, for callers that map them
+// to a status (a server's 400).
+var (
+	// ErrUnsupported is a format this package does not decode.
+	ErrUnsupported = errors.New("unsupported media format")
+	// ErrCorrupt is a file of a known format that does not decode.
+	ErrCorrupt = errors.New("corrupt media")
+	// ErrTooLarge is media over a configured limit.
+	ErrTooLarge = errors.New("media too large")
+)
+
+// RGB is an 8-bit RGB image, row-major, 3 bytes per pixel.
+type RGB struct {
+	W, H int
+	Pix  []uint8 // len 3·W·H
+}
+
+// MaxImagePixels bounds the decoded size DecodeImage accepts (a 100
+// megapixel image is already 300 MB of RGB).
+const MaxImagePixels = 100 << 20
+
+// ImageFormat names the format of data from its magic bytes ("png",
+// "jpeg", "gif", "webp", "bmp", "tiff", "heic", "avif") or "" when none
+// is recognised.
+func ImageFormat(data []byte) string {
+	switch {
+	case bytes.HasPrefix(data, []byte("\x89PNG\r\n\x1a\n")):
+		return "png"
+	case bytes.HasPrefix(data, []byte{0xff, 0xd8, 0xff}):
+		return "jpeg"
+	case bytes.HasPrefix(data, []byte("GIF87a")), bytes.HasPrefix(data, []byte("GIF89a")):
+		return "gif"
+	case len(data) >= 12 && string(data[:4]) == "RIFF" && string(data[8:12]) == "WEBP":
+		return "webp"
+	case bytes.HasPrefix(data, []byte("BM")):
+		return "bmp"
+	case bytes.HasPrefix(data, []byte("II*\x00")), bytes.HasPrefix(data, []byte("MM\x00*")):
+		return "tiff"
+	case len(data) >= 12 && string(data[4:8]) == "ftyp":
+		switch string(data[8:12]) {
+		case "avif", "avis":
+			return "avif"
+		case "heic", "heix", "mif1", "msf1", "hevc":
+			return "heic"
+		}
+	}
+	return ""
+}
+
+// DecodeImage decodes a PNG, JPEG or GIF (its first frame) into RGB the
+// way PIL's convert("RGB") does: alpha is dropped (not composited),
+// grayscale is replicated, palettes are looked up. Other formats are
+// ErrUnsupported, undecodable data ErrCorrupt, and images over
+// MaxImagePixels ErrTooLarge.
+func DecodeImage(data []byte) (*RGB, error) {
+	f := ImageFormat(data)
+	switch f {
+	case "png", "jpeg", "gif":
+	case "":
+		return nil, fmt.Errorf("%w: not an image this server reads (PNG, JPEG or GIF)", ErrUnsupported)
+	default:
+		return nil, fmt.Errorf("%w: %s images are not supported (PNG, JPEG or GIF)", ErrUnsupported, f)
+	}
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, f, err)
+	}
+	if cfg.Width <= 0 || cfg.Height <= 0 {
+		return nil, fmt.Errorf("%w: %s of %dx%d pixels", ErrCorrupt, f, cfg.Width, cfg.Height)
+	}
+	if int64(cfg.Width)*int64(cfg.Height) > MaxImagePixels {
+		return nil, fmt.Errorf("%w: %dx%d pixels (at most %d)", ErrTooLarge, cfg.Width, cfg.Height, MaxImagePixels)
+	}
+	img, _, err := image.Decode(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, f, err)
+	}
+	return ToRGB(img), nil
+}
+
+// ToRGB converts any image to RGB, dropping alpha as PIL's
+// convert("RGB") does (the colour channels are taken un-premultiplied).
+func ToRGB(img image.Image) *RGB {
+	b := img.Bounds()
+	out := &RGB{W: b.Dx(), H: b.Dy(), Pix: make([]uint8, 3*b.Dx()*b.Dy())}
+	i := 0
+	set := func(r, g, bl uint8) {
+		out.Pix[i], out.Pix[i+1], out.Pix[i+2] = r, g, bl
+		i += 3
+	}
+	switch m := img.(type) {
+	case *image.YCbCr:
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for x := b.Min.X; x < b.Max.X; x++ {
+				yi, ci := m.YOffset(x, y), m.COffset(x, y)
+				r, g, bl := color.YCbCrToRGB(m.Y[yi], m.Cb[ci], m.Cr[ci])
+				set(r, g, bl)
+			}
+		}
+	case *image.Gray:
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for x := b.Min.X; x < b.Max.X; x++ {
+				v := m.Pix[m.PixOffset(x, y)]
+				set(v, v, v)
+			}
+		}
+	case *image.NRGBA:
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for x := b.Min.X; x < b.Max.X; x++ {
+				o := m.PixOffset(x, y)
+				set(m.Pix[o], m.Pix[o+1], m.Pix[o+2])
+			}
+		}
+	case *image.RGBA:
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for x := b.Min.X; x < b.Max.X; x++ {
+				o := m.PixOffset(x, y)
+				if a := m.Pix[o+3]; a == 255 || a == 0 {
+					set(m.Pix[o], m.Pix[o+1], m.Pix[o+2])
+				} else {
+					c := color.NRGBAModel.Convert(color.RGBA{m.Pix[o], m.Pix[o+1], m.Pix[o+2], a}).(color.NRGBA)
+					set(c.R, c.G, c.B)
+				}
+			}
+		}
+	default:
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for x := b.Min.X; x < b.Max.X; x++ {
+				c := color.NRGBA64Model.Convert(img.At(x, y)).(color.NRGBA64)
+				set(uint8(c.R>>8), uint8(c.G>>8), uint8(c.B>>8))
+			}
+		}
+	}
+	return out
+}

@@ -47,6 +47,10 @@ type serveFlags struct {
 	batch, blockSize                                                       int
 	kvBudget                                                               int64
 	shutdownTimeout                                                        time.Duration
+	ssdDir                                                                 string
+	ssdMax                                                                 int64
+	ssdMinTokens                                                           int
+	ssdVerify                                                              bool
 }
 
 // listFlag is a repeatable flag whose values may also be comma-separated.
@@ -89,6 +93,10 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	fl.IntVar(&f.batch, "decode-concurrency", serve.DefaultBatch, "the same as --batch")
 	fl.Int64Var(&f.kvBudget, "kv-budget", 0, "bytes of KV the batched lane may hold, prompt cache included (0: half the memory available at start)")
 	fl.IntVar(&f.blockSize, "kv-block-size", kv.DefaultBlockSize, "tokens per KV block of the batched lane's pool")
+	fl.StringVar(&f.ssdDir, "ssd-cache", "", "folder keeping the KV of long prompt prefixes across requests and restarts (batched lane)")
+	fl.Int64Var(&f.ssdMax, "ssd-cache-max", serve.DefaultSSDCacheMaxBytes, "bytes the SSD cache may hold (least recently used files go first)")
+	fl.IntVar(&f.ssdMinTokens, "ssd-cache-min-tokens", serve.DefaultSSDCacheMinTokens, "shortest prompt prefix the SSD cache keeps")
+	fl.BoolVar(&f.ssdVerify, "ssd-cache-verify", false, "checksum every SSD cache file at start (otherwise each is checked when used)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", serve.DefaultShutdownTimeout, "on SIGTERM/SIGINT, how long running requests may go on before they are ended")
 	fl.IntVar(&f.chunk, "prefill-step-size", generate.DefaultPrefillChunkSize, "prompt tokens per forward pass during prefill")
 	fl.StringVar(&f.toolFormat, "tool-format", "", "tool-call syntax: hermes, gemma4 or llama3 (default: detected)")
@@ -196,6 +204,12 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	fp := ""
+	if f.ssdDir != "" {
+		if fp, err = modelFingerprint(dir); err != nil {
+			return fmt.Errorf("fingerprinting the model for --ssd-cache: %w", err)
+		}
+	}
 	flagDefaults := serve.SamplingDefaults{Temperature: &f.temp, TopP: &f.topP, TopK: &f.topK, MinP: &f.minP}
 	cacheBytes := int(f.cacheBytes)
 	if cacheBytes == 0 {
@@ -209,7 +223,8 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 		ToolFormat: f.toolFormat, Logger: log, Aliases: aliases, AnyModelName: f.anyModelName, APIKeys: keys,
 		AllowedOrigins: f.allowedOrigins, AllowedHosts: hosts, BodyTimeout: f.bodyTimeout, WriteTimeout: f.writeTimeout,
 		MaxBodyBytes: f.maxBodyBytes, Batch: f.batch, KVBudgetBytes: int(f.kvBudget), BlockSize: f.blockSize,
-		ShutdownTimeout: f.shutdownTimeout,
+		ShutdownTimeout: f.shutdownTimeout, SSDCacheDir: f.ssdDir, SSDCacheMaxBytes: f.ssdMax, SSDCacheMinTokens: f.ssdMinTokens,
+		SSDCacheVerify: f.ssdVerify, ModelFingerprint: fp,
 	})
 	if err != nil {
 		return err

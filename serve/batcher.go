@@ -63,6 +63,7 @@ type batchLane struct {
 	snap                     BatchStats // published after every step, for /stats
 	cacheEntries, cacheBytes int        // the pool's prefix cache, published likewise
 	held                     []*job     // later jobs of a group, waiting for its first one's prompt
+	ssd                      *ssdTier   // the cold tier, or nil
 }
 
 // laneRow is one request's state in the lane: its row and the text it
@@ -116,12 +117,21 @@ func newBatchLane(e *engine) (*batchLane, error) {
 	if chunk <= 0 {
 		chunk = generate.DefaultPrefillChunkSize
 	}
-	b, err := generate.NewBatch(cfg.Model, generate.BatchOptions{MaxRows: cfg.Batch, TokenBudget: max(chunk, cfg.Batch), Backend: cfg.Backend, Pool: pool})
+	bo := generate.BatchOptions{MaxRows: cfg.Batch, TokenBudget: max(chunk, cfg.Batch), Backend: cfg.Backend, Pool: pool}
+	var ssd *ssdTier
+	if cfg.SSDCacheDir != "" {
+		if ssd, err = newSSDTier(cfg, specs, e.log); err != nil {
+			pool.Free()
+			return nil, err
+		}
+		bo.Restore = ssd.restore
+	}
+	b, err := generate.NewBatch(cfg.Model, bo)
 	if err != nil {
 		pool.Free()
 		return nil, err
 	}
-	l := &batchLane{e: e, b: b, pool: pool, budget: blocks * per, rows: map[*generate.Row]*laneRow{}}
+	l := &batchLane{e: e, b: b, pool: pool, budget: blocks * per, rows: map[*generate.Row]*laneRow{}, ssd: ssd}
 	e.log.Info("batched lane", "rows", cfg.Batch, "block_size", bs, "blocks_per_layer", blocks, "kv_budget_bytes", l.budget)
 	l.publish()
 	return l, nil
@@ -310,7 +320,14 @@ func (l *batchLane) add(j *job) {
 		return
 	}
 	opts := j.opts
-	opts.Caches, opts.OnPrefillDone = nil, nil
+	opts.Caches, opts.OnPrefillDone, opts.SnapshotAt = nil, nil, 0
+	if t := l.ssd; t != nil && len(j.prompt)-1 >= t.minTokens {
+		// the prompt but its last token, as the next request with this
+		// prefix (or a restarted server) restores it
+		prompt := j.prompt
+		opts.SnapshotAt = len(prompt) - 1
+		opts.OnPrefillDone = func(caches []kv.Cache, n int) { t.snapshot(prompt[:n], caches) }
+	}
 	row, err := l.b.Add(j.ctx, j.prompt, &opts)
 	if err != nil {
 		var fe *generate.FitError
@@ -451,9 +468,13 @@ func (l *batchLane) failHeld() {
 	l.held = nil
 }
 
-// close ends every row (cancelled) and frees the batch and the pool.
+// close ends every row (cancelled), frees the batch and the pool and
+// waits for the SSD tier's writes.
 func (l *batchLane) close() {
 	l.failHeld()
+	if l.ssd != nil {
+		defer l.ssd.flush()
+	}
 	for row, r := range l.rows {
 		r.j.out.push(event{done: &outcome{err: errShuttingDown, reason: "length"}})
 		delete(l.rows, row)

@@ -121,6 +121,8 @@ type Stats struct {
 	Lane string `json:"lane"`
 	// Batch describes the batched lane (nil on the serial one).
 	Batch *BatchStats `json:"batch,omitempty"`
+	// SSD describes the batched lane's SSD cold tier (nil without one).
+	SSD *SSDStats `json:"ssd_cache,omitempty"`
 }
 
 // engine is the one goroutine that owns the model: requests wait in a
@@ -406,6 +408,10 @@ func (e *engine) stats() Stats {
 		st.CacheEntries, st.CacheBytes = entries, bytes
 		st.QueueDepth += bs.PendingRows
 		st.Lane = "batched"
+		if e.lane.ssd != nil {
+			ss := e.lane.ssd.snapshotStats()
+			st.SSD = &ss
+		}
 	}
 	e.mu.Lock()
 	st.DecodeTPS, st.PrefillTPS = e.lastDecode, e.lastPrefill

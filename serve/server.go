@@ -147,6 +147,21 @@ type Config struct {
 	KVBudgetBytes int
 	// BlockSize is the pool's tokens per KV block (0: kv.DefaultBlockSize).
 	BlockSize int
+	// SSDCacheDir, when set, keeps the KV of long prompt prefixes (at least
+	// SSDCacheMinTokens, default DefaultSSDCacheMinTokens) in files in
+	// this folder, written off the token loop and restored into a request
+	// sharing the prefix, also after a restart; at most SSDCacheMaxBytes
+	// (default DefaultSSDCacheMaxBytes; least recently used files go
+	// first). SSDCacheVerify checksums every file at start (otherwise a
+	// file is checked when it is used). Needs the batched lane.
+	SSDCacheDir       string
+	SSDCacheMaxBytes  int64
+	SSDCacheMinTokens int
+	SSDCacheVerify    bool
+	// ModelFingerprint identifies the model's weights and tokenizer (the
+	// SSD cache's files carry it; "" falls back to ModelID and the
+	// vocabulary size).
+	ModelFingerprint string
 	// ShutdownTimeout bounds how long Close lets running rows finish
 	// (0: DefaultShutdownTimeout); queued requests get 503 at once.
 	ShutdownTimeout time.Duration
@@ -179,6 +194,22 @@ type Config struct {
 	ToolFormat string
 	// Logger receives request and panic logs (nil: slog.Default()).
 	Logger *slog.Logger
+	// ResponseStoreTTL is how long a stored Responses API response stays
+	// available to GET /v1/responses/{id} and previous_response_id (0:
+	// DefaultResponseStoreTTL).
+	ResponseStoreTTL time.Duration
+	// ResponseStoreBytes caps the stored responses (0:
+	// DefaultResponseStoreBytes; negative: none are stored); the oldest
+	// are evicted first.
+	ResponseStoreBytes int
+	// EmbeddingPooling is how POST /v1/embeddings pools the final hidden
+	// states: "mean" (the default) or "last" (the last token's).
+	EmbeddingPooling string
+	// MatryoshkaMinDims, when > 0, lets embedding requests ask for
+	// dimensions down to this many (the vector truncated, then
+	// renormalized), for models trained for it; 0 allows only the full
+	// width.
+	MatryoshkaMinDims int
 }
 
 // Server answers OpenAI- and Anthropic-compatible requests with one model.
@@ -196,6 +227,8 @@ type Server struct {
 	metrics metrics
 	// fingerprint is system_fingerprint: the model id and backend, hashed.
 	fingerprint string
+	// responses are the stored Responses API responses.
+	responses *responseStore
 }
 
 // New starts a server's engine goroutine. The caller keeps ownership of
@@ -212,6 +245,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if cfg.SSDCacheDir != "" && cfg.Batch == 1 {
+		return nil, errors.New("serve: the SSD cache needs the batched lane (Batch > 1)")
 	}
 	if cfg.KVBudgetBytes < 0 || cfg.BlockSize < 0 {
 		return nil, fmt.Errorf("serve: KV budget %d bytes, block size %d", cfg.KVBudgetBytes, cfg.BlockSize)
@@ -234,7 +270,13 @@ func New(cfg Config) (*Server, error) {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = DefaultWriteTimeout
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, created: time.Now().Unix()}
+	if cfg.ResponseStoreBytes == 0 {
+		cfg.ResponseStoreBytes = DefaultResponseStoreBytes
+	}
+	if cfg.EmbeddingPooling != "" && cfg.EmbeddingPooling != PoolMean && cfg.EmbeddingPooling != PoolLast {
+		return nil, fmt.Errorf("serve: embedding pooling %q (want %s or %s)", cfg.EmbeddingPooling, PoolMean, PoolLast)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, created: time.Now().Unix(), responses: newResponseStore(cfg.ResponseStoreTTL, cfg.ResponseStoreBytes)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -370,10 +412,14 @@ func (s *Server) routes() {
 	m.HandleFunc("/completions", s.only("POST", s.handleCompletions))
 	m.HandleFunc("/v1/messages", s.only("POST", s.handleMessages))
 	m.HandleFunc("/v1/messages/count_tokens", s.only("POST", s.handleCountTokens))
+	m.HandleFunc("/v1/responses", s.only("POST", s.handleResponses))
+	m.HandleFunc("/v1/responses/{id}", s.handleResponse)
+	m.HandleFunc("/v1/embeddings", s.only("POST", s.handleEmbeddings))
 	m.HandleFunc("/v1/models", s.only("GET", s.handleModels))
 	m.HandleFunc("/v1/models/{id...}", s.only("GET", s.handleModel))
 	m.HandleFunc("/health", s.only("GET", s.handleHealth))
 	m.HandleFunc("/stats", s.only("GET", s.handleStats))
+	m.HandleFunc("/admin/cache/flush", s.only("POST", s.handleCacheFlush))
 	m.HandleFunc("/metrics", s.only("GET", s.handleMetrics))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, &apiError{status: http.StatusNotFound, message: fmt.Sprintf("unknown route %s %s", r.Method, r.URL.Path), typ: "invalid_request_error", code: "not_found"})

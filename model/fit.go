@@ -200,18 +200,7 @@ func (p *Plan) evaluate(opts PlanOptions, info Info, lookup int64) {
 	p.MaxContext = largest(func(n int) bool { return p.fixedBytes()+p.kvAt(n, p.Batch) <= p.MemoryBytes }, p.ModelMaxContext)
 	p.MaxBatch = largest(func(b int) bool { return p.fixedBytes()+p.kvAt(p.Context, b) <= p.MemoryBytes }, 0)
 	if !p.Fits {
-		terms := map[string]int64{"weights (stream experts: --expert-offload)": p.ResidentWeightsBytes, "context or batch (KV cache)": p.KVBytes, "prefill chunk": p.PrefillBytes, "expert cache": p.ExpertCacheBytes}
-		var best int64 = -1
-		for k, v := range terms {
-			if v > best || (v == best && k < p.Shrink) {
-				p.Shrink, best = k, v
-			}
-		}
-		if !p.Streamed && p.ExpertBytes > 0 && p.ResidentWeightsBytes == best {
-			p.Shrink = "weights: stream the experts (--expert-offload)"
-		} else if p.ResidentWeightsBytes == best {
-			p.Shrink = "weights (a smaller or more quantized model)"
-		}
+		p.Shrink = p.shrinkTerm()
 	}
 	dense := p.ResidentWeightsBytes - lookup
 	if !p.Streamed {
@@ -401,3 +390,29 @@ func (p *Plan) KVBytesAt(context, batch int) int64 { return p.kvAt(context, max(
 // FixedBytes is the plan's total less its KV caches: resident weights,
 // the expert working set, prefill transients and the reserve.
 func (p *Plan) FixedBytes() int64 { return p.fixedBytes() }
+
+// shrinkTerm names the largest term a flag can shrink, with the flag.
+func (p *Plan) shrinkTerm() string {
+	terms := []struct {
+		name string
+		n    int64
+	}{
+		{"weights (a smaller or more quantized model)", p.ResidentWeightsBytes},
+		{"KV cache (--context, --batch, or --kv-bits)", p.KVBytes},
+		{"prefill transients (--prefill-chunk-size)", p.PrefillBytes},
+		{"expert cache (--expert-cache-bytes)", p.ExpertCacheBytes},
+	}
+	best := 0
+	for i, t := range terms {
+		if t.n > terms[best].n {
+			best = i
+		}
+	}
+	if best == 0 && !p.Streamed && p.ExpertBytes > 0 {
+		return "weights (stream the experts: --expert-offload)"
+	}
+	if p.ReserveBytes+p.ResidentWeightsBytes > p.MemoryBytes && p.ReserveBytes > p.ResidentWeightsBytes {
+		return fmt.Sprintf("memory: the runtime reserve alone is %d bytes", p.ReserveBytes)
+	}
+	return terms[best].name
+}

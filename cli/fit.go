@@ -1,0 +1,165 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mlxgo/mlxgo/model"
+)
+
+func init() {
+	register(&command{name: "fit", summary: "plan a model's memory: weights, experts, KV cache, the largest context that fits", run: runFit})
+}
+
+// fitFlags are the fit verb's flags.
+type fitFlags struct {
+	model, memory       string
+	context, batch      int
+	kvBits, kvGroup     int
+	chunk               int
+	bandwidth           float64
+	asJSON, noBandwidth bool
+	experts             expertFlags
+}
+
+// runFit prints the memory plan of a model: from its config and
+// safetensors headers, no weight read.
+func runFit(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	var f fitFlags
+	fl := newFlags("fit", stderr)
+	fl.StringVar(&f.model, "model", "", "model folder or cached repo id (or the first argument)")
+	fl.IntVar(&f.context, "context", 0, "tokens per sequence (default 4096, capped at the model's max_position_embeddings)")
+	fl.IntVar(&f.batch, "batch", 1, "sequences decoded together")
+	fl.StringVar(&f.memory, "memory", "", "memory to plan against (8GiB, 16GB; default: MemAvailable)")
+	fl.IntVar(&f.kvBits, "kv-bits", 0, "plan a quantized KV cache of this many bits (0: off)")
+	fl.IntVar(&f.kvGroup, "kv-group-size", 64, "KV quantization group size")
+	fl.IntVar(&f.chunk, "prefill-chunk-size", 512, "prompt tokens per forward pass (sizes the prefill transients)")
+	fl.Float64Var(&f.bandwidth, "bandwidth", 0, "memory bandwidth in GB/s for the decode prediction (default: measured)")
+	fl.BoolVar(&f.noBandwidth, "no-prediction", false, "skip the bandwidth measurement and the decode prediction")
+	fl.BoolVar(&f.asJSON, "json", false, "print the plan as JSON")
+	addExpertFlags(fl, &f.experts)
+	fl.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: mlxgo fit [--model] MODEL [--context N] [--batch N] [--memory BYTES] [--expert-offload] [--json]")
+		fl.PrintDefaults()
+	}
+	if err := parseFlags(fl, args); err != nil {
+		return err
+	}
+	switch {
+	case fl.NArg() == 1 && f.model == "":
+		f.model = fl.Arg(0)
+	case fl.NArg() > 0:
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fl.Arg(0))
+	}
+	if f.context < 0 || f.batch < 1 || f.chunk < 1 || f.kvBits < 0 || f.bandwidth < 0 {
+		return fmt.Errorf("%w: --context must be ≥ 0, --batch and --prefill-chunk-size ≥ 1, --kv-bits and --bandwidth ≥ 0", errUsage)
+	}
+	dir, err := resolveModel(f.model)
+	if err != nil {
+		return err
+	}
+	opts := model.PlanOptions{Context: f.context, Batch: f.batch, PrefillChunk: f.chunk, KVBits: f.kvBits, KVGroup: f.kvGroup}
+	if f.memory != "" {
+		if opts.Memory, err = parseBytes(f.memory); err != nil || opts.Memory <= 0 {
+			return fmt.Errorf("%w: --memory %q", errUsage, f.memory)
+		}
+	}
+	if f.experts.offload || f.experts.cache != "" {
+		es, err := f.experts.streaming(dir)
+		if err != nil {
+			return err
+		}
+		opts.Stream, opts.ExpertCacheBytes = true, es.CacheBytes
+	}
+	if !f.noBandwidth {
+		opts.BandwidthGBs = f.bandwidth
+		if opts.BandwidthGBs == 0 {
+			opts.BandwidthGBs = measureBandwidth()
+		}
+	}
+	p, err := model.PlanMemory(dir, opts)
+	if err != nil {
+		return err
+	}
+	if f.asJSON {
+		return json.NewEncoder(stdout).Encode(struct {
+			*model.Plan
+			BandwidthGBs float64 `json:"bandwidth_gbs,omitempty"`
+		}{p, opts.BandwidthGBs})
+	}
+	printPlan(stdout, p, opts.BandwidthGBs)
+	return nil
+}
+
+// printPlan writes the plan as a table of its terms.
+func printPlan(w io.Writer, p *model.Plan, bw float64) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	row := func(name string, n int64, note string) { fmt.Fprintf(tw, "%s\t%s\t  %s\n", name, fmtBytes(n), note) }
+	fmt.Fprintf(w, "%s: %d tokens × %d sequences\n", p.ModelType, p.Context, p.Batch)
+	row("weights (files)", p.WeightsBytes, "")
+	if p.ExpertBytes > 0 {
+		row("  of which experts", p.ExpertBytes, fmt.Sprintf("%s read per token", fmtBytes(p.ActiveExpertBytesPerToken)))
+	}
+	row("resident weights", p.ResidentWeightsBytes, "")
+	if p.Streamed {
+		row("expert cache", p.ExpertCacheBytes, "streamed from disk")
+	}
+	kinds := make([]string, 0, len(p.KVByKind))
+	for k := range p.KVByKind {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		n := 0
+		for _, l := range p.Layers {
+			if l.Kind == k {
+				n++
+			}
+		}
+		unit := "per token"
+		if k == model.KVRecurrent {
+			unit = "per sequence"
+		}
+		row("  kv "+k, p.KVByKind[k], fmt.Sprintf("%s, %d layers", unit, n))
+	}
+	row("kv cache", p.KVBytes, fmt.Sprintf("%s per token", fmtBytes(p.KVBytesPerToken)))
+	row("prefill transients", p.PrefillBytes, "")
+	row("reserve", p.ReserveBytes, "")
+	row("total", p.TotalBytes, "")
+	row("memory", p.MemoryBytes, "")
+	tw.Flush()
+	if p.Fits {
+		fmt.Fprintf(w, "fits: yes\n")
+	} else {
+		fmt.Fprintf(w, "fits: no (shrink the %s)\n", p.Shrink)
+	}
+	fmt.Fprintf(w, "largest context at batch %d: %d tokens", p.Batch, p.MaxContext)
+	if p.ModelMaxContext > 0 {
+		fmt.Fprintf(w, " (model maximum %d)", p.ModelMaxContext)
+	}
+	fmt.Fprintf(w, "\nlargest batch at %d tokens: %d\n", p.Context, p.MaxBatch)
+	if p.PredictedDecodeTPS > 0 {
+		fmt.Fprintf(w, "predicted decode: %.1f tokens/s (%s per token at %.1f GB/s)\n", p.PredictedDecodeTPS, fmtBytes(p.DecodeBytesPerToken), bw)
+	}
+}
+
+// measureBandwidth times copies of a 256 MiB buffer (the best of a few,
+// counting bytes read and written) in GB/s.
+func measureBandwidth() float64 {
+	const size = 256 << 20
+	src, dst := make([]byte, size), make([]byte, size)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	best := time.Duration(1<<63 - 1)
+	for range 4 {
+		t := time.Now()
+		copy(dst, src)
+		best = min(best, time.Since(t))
+	}
+	return 2 * size / best.Seconds() / 1e9
+}

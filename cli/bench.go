@@ -34,6 +34,8 @@ type benchTrial struct {
 	// GeneratedTokens can fall short of --generation-tokens only when the
 	// model's context ends; EOS is ignored, as in mlx_lm.benchmark.
 	GeneratedTokens int `json:"generation_tokens"`
+	// Speculation holds speculative decoding's statistics when it is on.
+	Speculation *generate.SpecStats `json:"speculation,omitempty"`
 }
 
 // runBench times generations of -g tokens after a random prompt of -p
@@ -45,6 +47,7 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	var seed uint64
 	var asJSON bool
 	var adapters []string
+	var spec specFlags
 	fl := newFlags("bench", stderr)
 	fl.StringVar(&modelArg, "model", "", "model folder, cached repo name, or demo (default)")
 	fl.IntVarP(&promptN, "prompt-tokens", "p", 512, "length of the (random) prompt")
@@ -56,6 +59,7 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object with the trials and averages")
 	fl.StringArrayVar(&adapters, "adapter-path", nil, adapterUsage)
 	addKVQuantFlag(fl, &kvQuant)
+	addSpecFlags(fl, &spec)
 	fl.IntVar(&kvStart, "quantized-kv-start", generate.DefaultQuantizedKVStart, "context length from which the KV cache is quantized (--kv-quant)")
 	fl.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: mlxgo bench [--model] MODEL [-p N] [-g N] [-n N] [flags]")
@@ -91,6 +95,11 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err := checkKVQuant(m, turbo); err != nil {
 		return err
 	}
+	sp, closeDraft, err := spec.build(m, dir, nil, be, false, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeDraft()
 	vocab := m.Info().Vocab
 	rng := rand.New(rand.NewPCG(seed, 0x6d6c78676f))
 	prompt := make([]int32, promptN)
@@ -100,7 +109,8 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	gm := generate.Wrap(m, vocab)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	opts := &generate.Options{MaxTokens: genN, PrefillChunkSize: chunk, Backend: be, KVQuant: turbo, QuantizedKVStart: kvStart}
+	opts := &generate.Options{MaxTokens: genN, PrefillChunkSize: chunk, Backend: be, KVQuant: turbo, QuantizedKVStart: kvStart,
+		Speculation: sp}
 	once := func() (benchTrial, error) {
 		tic := time.Now()
 		s, err := generate.Generate(ctx, gm, prompt, opts)
@@ -115,7 +125,8 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		}
 		st := s.Stats()
 		tr := benchTrial{PromptTPS: st.PrefillTPS, GenerationTPS: st.DecodeTPS,
-			PeakMemory: float64(st.PeakMemory) / 1e9, TotalTime: time.Since(tic).Seconds(), GeneratedTokens: st.GeneratedTokens}
+			PeakMemory: float64(st.PeakMemory) / 1e9, TotalTime: time.Since(tic).Seconds(), GeneratedTokens: st.GeneratedTokens,
+			Speculation: st.Speculation}
 		if st.PeakMemory == 0 {
 			tr.PeakMemory = float64(peakRSS()) / 1e9
 		}
@@ -141,6 +152,9 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		res = append(res, tr)
 		say("Trial %d:  prompt_tps=%.3f, generation_tps=%.3f, peak_memory=%.3f, total_time=%.3f\n",
 			i+1, tr.PromptTPS, tr.GenerationTPS, tr.PeakMemory, tr.TotalTime)
+		if sp := tr.Speculation; sp != nil {
+			say("         acceptance=%.3f, tokens_per_forward=%.3f, accepted_by_position=%v\n", sp.AcceptanceRate, sp.TokensPerForward, sp.AcceptedByPos)
+		}
 		avg.PromptTPS += tr.PromptTPS / float64(trials)
 		avg.GenerationTPS += tr.GenerationTPS / float64(trials)
 		avg.PeakMemory += tr.PeakMemory / float64(trials)

@@ -39,6 +39,7 @@ type chatFlags struct {
 	cacheBytes                          int64
 	verbose                             bool
 	stops, adapters                     []string
+	spec                                specFlags
 }
 
 const chatHelp = `Commands: /reset forgets the conversation, /exit (or end of input) quits, /help shows this.`
@@ -68,6 +69,7 @@ func runChat(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fl.StringArrayVar(&f.adapters, "adapter-path", nil, adapterUsage)
 	addKVQuantFlag(fl, &f.kvQuant)
 	fl.IntVar(&f.kvStart, "quantized-kv-start", generate.DefaultQuantizedKVStart, "context length from which the KV cache is quantized (--kv-quant)")
+	addSpecFlags(fl, &f.spec)
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print prompt/generation statistics after each reply (stderr)")
 	fl.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: mlxgo chat [--model] MODEL [flags]\n\n"+chatHelp)
@@ -126,12 +128,18 @@ func runChat(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err := params.Validate(info.Vocab); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
+	sp, closeDraft, err := f.spec.build(m, dir, tok, be, false, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeDraft()
 	c := &chatSession{
 		f: &f, tok: tok, ct: ct, m: generate.Wrap(m, info.Vocab),
 		pc:     generate.NewPromptCache(int(min(f.cacheBytes, int64(^uint(0)>>1)))),
 		stdout: stdout, stderr: stderr,
 		opts: generate.Options{MaxTokens: f.maxTokens, PrefillChunkSize: f.chunk, Sampler: params,
-			Backend: be, EOS: toInt32s(eosIDs(info.EOS, tok)), KVQuant: turbo, QuantizedKVStart: f.kvStart},
+			Backend: be, EOS: toInt32s(eosIDs(info.EOS, tok)), KVQuant: turbo, QuantizedKVStart: f.kvStart,
+			Speculation: sp},
 	}
 	defer c.pc.Clear()
 	c.reset()
@@ -216,6 +224,7 @@ func (c *chatSession) turn(msg string) error {
 	c.history = append(c.history, map[string]string{"role": "assistant", "content": reply})
 	if c.f.verbose {
 		printStats(c.stderr, st)
+		printSpecStats(c.stderr, st)
 	}
 	if chatTurnHook != nil {
 		chatTurnHook(ids, out, st)

@@ -38,6 +38,8 @@ type genFlags struct {
 	stops                                             []string
 	adapters                                          []string
 	gram                                              grammarFlags
+	experts                                           expertFlags
+	spec                                              specFlags
 }
 
 // runGenerate loads a model, builds the prompt (chat template applied to
@@ -75,6 +77,8 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fl.StringArrayVar(&f.adapters, "adapter-path", nil, adapterUsage)
 	fl.BoolVar(&f.asJSON, "json", false, `print {"ids": [...], "text": "...", "stats": {...}} instead of streaming`)
 	addGrammarFlags(fl, &f.gram)
+	addExpertFlags(fl, &f.experts)
+	addSpecFlags(fl, &f.spec)
 	fl.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: mlxgo generate [--model MODEL] (PROMPT | --prompt TEXT | --prompt-ids 1,2,3) [flags]")
 		fl.PrintDefaults()
@@ -111,7 +115,7 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	if f.maxTokens == 0 {
-		return printResult(stdout, f.asJSON, nil, "", nil, generate.Stats{}, "")
+		return printResult(stdout, f.asJSON, nil, "", nil, jsonStats{})
 	}
 	params := sampler.Params{Temperature: f.temp, TopP: f.topP, TopK: f.topK, MinP: f.minP,
 		RepetitionPenalty: f.repPenalty, TopLogprobs: f.logprobs, Logprobs: f.logprobs > 0}
@@ -141,7 +145,11 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m, be, err := loadModelAdapters(f.dir, f.backend, f.copyWeights, f.adapters, stderr)
+	es, err := f.experts.streaming(f.dir)
+	if err != nil {
+		return err
+	}
+	m, be, err := loadModelOpts(f.dir, f.backend, f.copyWeights, f.adapters, es, stderr)
 	if err != nil {
 		return err
 	}
@@ -150,6 +158,12 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	opts.Backend = be
+	sp, closeDraft, err := f.spec.build(m, f.dir, tok, be, f.copyWeights, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeDraft()
+	opts.Speculation = sp
 	info := m.Info()
 	if !f.ignoreEOS {
 		opts.EOS = toInt32s(eosIDs(info.EOS, tok))
@@ -225,11 +239,19 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if genErr != nil && !errors.Is(genErr, context.Canceled) {
 		return genErr
 	}
+	js := jsonStats{Stats: st, Backend: be.Name()}
+	if es, ok := expertStats(m); ok {
+		js.Experts = newExpertReport(es, st.PromptTokens+st.GeneratedTokens)
+	}
 	if f.asJSON {
-		return printResult(stdout, true, out, text.String(), lps, st, be.Name())
+		return printResult(stdout, true, out, text.String(), lps, js)
 	}
 	fmt.Fprintln(stdout)
 	printStats(stderr, st)
+	if js.Experts != nil {
+		printExpertStats(stderr, js.Experts)
+	}
+	printSpecStats(stderr, st)
 	return nil
 }
 
@@ -296,11 +318,13 @@ func newTokenLogprobs(t generate.Token) tokenLogprobs {
 type jsonStats struct {
 	generate.Stats
 	Backend string `json:"backend,omitempty"`
+	// Experts are the expert streaming counters (--expert-offload).
+	Experts *expertReport `json:"experts,omitempty"`
 }
 
 // printResult prints the result: the text, or with asJSON the ids, text,
-// logprobs and stats (backend: the backend's name).
-func printResult(w io.Writer, asJSON bool, ids []int32, text string, lps []tokenLogprobs, st generate.Stats, backend string) error {
+// logprobs and stats.
+func printResult(w io.Writer, asJSON bool, ids []int32, text string, lps []tokenLogprobs, st jsonStats) error {
 	if ids == nil {
 		ids = []int32{}
 	}
@@ -313,7 +337,7 @@ func printResult(w io.Writer, asJSON bool, ids []int32, text string, lps []token
 		Text     string          `json:"text"`
 		Logprobs []tokenLogprobs `json:"logprobs,omitempty"`
 		Stats    jsonStats       `json:"stats"`
-	}{ids, text, lps, jsonStats{st, backend}})
+	}{ids, text, lps, st})
 }
 
 // printStats writes mlx-lm's summary lines.

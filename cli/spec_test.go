@@ -1,0 +1,109 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// specResult is the part of generate --json the speculation tests read.
+type specResult struct {
+	IDs   []int `json:"ids"`
+	Stats struct {
+		DecodeSteps int `json:"decode_steps"`
+		Speculation *struct {
+			Drafted       int   `json:"drafted"`
+			Accepted      int   `json:"accepted"`
+			TargetCalls   int   `json:"targetCalls"`
+			AcceptedByPos []int `json:"acceptedByPos"`
+		} `json:"speculation"`
+	} `json:"stats"`
+}
+
+func runSpecJSON(t *testing.T, args ...string) specResult {
+	t.Helper()
+	code, out, errs := run(t, append([]string{"generate", "--json", "--ignore-eos"}, args...)...)
+	if code != 0 {
+		t.Fatalf("%v: exit %d: %s", args, code, errs)
+	}
+	var r specResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %q", err, out)
+	}
+	return r
+}
+
+// TestGenerateSpeculative: generate with a draft model (the fixture in
+// bfloat16 drafting for float32) and with prompt lookup gives HF's greedy
+// ids, and --json reports the speculation statistics.
+func TestGenerateSpeculative(t *testing.T) {
+	fx := "../model/testdata/llama3"
+	raw, err := os.ReadFile(filepath.Join(fx, "golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Prompt []int `json:"prompt"`
+		Greedy []int `json:"greedy_f32"`
+	}
+	if err := json.Unmarshal(raw, &g); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, len(g.Prompt))
+	for i, v := range g.Prompt {
+		ids[i] = strconv.Itoa(v)
+	}
+	base := []string{"--model", filepath.Join(fx, "f32"), "--prompt-ids", strings.Join(ids, ","), "--max-tokens", "32"}
+	for _, extra := range [][]string{
+		{"--draft-model", filepath.Join(fx, "bf16"), "--num-draft-tokens", "4"},
+		{"--prompt-lookup", "3"},
+		{"--draft", "ngram", "--ngram-min", "2", "--ngram-max", "4", "--num-draft-tokens", "6"},
+	} {
+		r := runSpecJSON(t, append(slices.Clone(base), extra...)...)
+		if !slices.Equal(r.IDs, g.Greedy) {
+			t.Errorf("%v: ids %v, want HF's %v", extra, r.IDs, g.Greedy)
+		}
+		sp := r.Stats.Speculation
+		if sp == nil || sp.TargetCalls != r.Stats.DecodeSteps || len(sp.AcceptedByPos) == 0 {
+			t.Fatalf("%v: speculation stats %+v", extra, sp)
+		}
+		if extra[0] == "--draft-model" && (sp.Drafted == 0 || sp.Accepted*2 < sp.Drafted) {
+			t.Errorf("the same model in bfloat16 accepted %d of %d drafts", sp.Accepted, sp.Drafted)
+		}
+	}
+	for _, bad := range [][]string{
+		{"--draft", "magic"},
+		{"--draft", "model"},
+		{"--draft-model", filepath.Join(fx, "bf16"), "--prompt-lookup", "2"},
+		{"--prompt-lookup", "2", "--ngram-min", "0"},
+		{"--prompt-lookup", "2", "--spec-accept", "maybe"},
+		{"--prompt-lookup", "2", "--num-draft-tokens", "-1"},
+	} {
+		if code, _, errs := run(t, append(append([]string{"generate"}, base...), bad...)...); code != 2 {
+			t.Errorf("%v: exit %d (%s), want 2 (usage)", bad, code, errs)
+		}
+	}
+}
+
+// TestSpeculativeDemoPair: the demo model drafted by its 4-bit form
+// generates the demo model's own greedy text, and a draft model of
+// another vocabulary is refused, naming both sizes.
+func TestSpeculativeDemoPair(t *testing.T) {
+	prompt := []string{"--model", "demo", "--prompt", "Count: one, two, three, four,", "--max-tokens", "24"}
+	want := runSpecJSON(t, prompt...)
+	got := runSpecJSON(t, append(slices.Clone(prompt), "--draft-model", "demo-q4", "--num-draft-tokens", "3")...)
+	if !slices.Equal(got.IDs, want.IDs) {
+		t.Errorf("drafted by demo-q4: %v, want %v", got.IDs, want.IDs)
+	}
+	if sp := got.Stats.Speculation; sp == nil || sp.Accepted == 0 {
+		t.Errorf("demo-q4 drafts: %+v", sp)
+	}
+	code, _, errs := run(t, append(append([]string{"generate"}, prompt...), "--draft-model", "../model/testdata/llama3/f32")...)
+	if code != 2 || !strings.Contains(errs, "256") {
+		t.Errorf("mismatched pair: exit %d: %s", code, errs)
+	}
+}

@@ -56,14 +56,21 @@ func (c *Gemma4ImageConfig) validate() error {
 
 // ReadProcessorSection reads the named section ("image_processor",
 // "feature_extractor") of a checkpoint folder's processor_config.json
-// into v, or, without one, the flat preprocessor_config.json. It reports
-// false (and leaves v alone) when the folder has neither.
+// into v (the whole file for section ""), or, without one, the flat
+// preprocessor_config.json. It reports false (and leaves v alone) when
+// the folder has neither.
 func ReadProcessorSection(dir, section string, v any) (bool, error) {
 	raw, err := os.ReadFile(filepath.Join(dir, "processor_config.json"))
 	if err == nil {
 		var outer map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &outer); err != nil {
 			return false, fmt.Errorf("media: %s: %v", filepath.Join(dir, "processor_config.json"), err)
+		}
+		if section == "" {
+			if err := json.Unmarshal(raw, v); err != nil {
+				return false, fmt.Errorf("media: processor_config.json: %v", err)
+			}
+			return true, nil
 		}
 		if sec, ok := outer[section]; ok {
 			if err := json.Unmarshal(sec, v); err != nil {

@@ -1,0 +1,359 @@
+package model
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/mlxgo/mlxgo/kv"
+	"github.com/mlxgo/mlxgo/model/media"
+	"github.com/mlxgo/mlxgo/tensor"
+	"github.com/mlxgo/mlxgo/tensor/safetensors"
+)
+
+// ErrNoMedia is returned when media is given to a model (or a checkpoint)
+// without the tower for it.
+var ErrNoMedia = errors.New("model takes no such media")
+
+// Gemma4Tokens are the special token ids of Gemma 4's multimodal prompts
+// (Gemma4Config's), and the text model's pad id that placeholder rows
+// carry into the per-layer input lookup.
+type Gemma4Tokens struct {
+	Image, BOI, EOI int32
+	Audio, BOA, EOA int32
+	Pad             int32
+}
+
+// Gemma4Media holds a Gemma 4 checkpoint's multimodal parts: the vision
+// and audio towers with their projections (either may be nil), the
+// processors' configs, and the prompt's special tokens. It reads the same
+// checkpoint as the text model, under the multimodal wrapper's prefixes
+// (model.vision_tower., model.embed_vision., model.audio_tower.,
+// model.embed_audio.; or the same without model.).
+type Gemma4Media struct {
+	Vision *Gemma4Vision
+	Audio  *Gemma4Audio
+	Tokens Gemma4Tokens
+	// ImageConfig is the image processor's config.
+	ImageConfig media.Gemma4ImageConfig
+	// AudioConfig is the audio feature extractor's config.
+	AudioConfig media.Gemma4AudioConfig
+	// AudioMaxTokens caps an audio clip's soft tokens (audio_seq_length).
+	AudioMaxTokens int
+	w              *Weights
+	set            *safetensors.Set
+}
+
+// gemma4MMConfig is the multimodal wrapper's config.json.
+type gemma4MMConfig struct {
+	Text   json.RawMessage `json:"text_config"`
+	Vision json.RawMessage `json:"vision_config"`
+	Audio  json.RawMessage `json:"audio_config"`
+	Image  *int32          `json:"image_token_id"`
+	BOI    *int32          `json:"boi_token_id"`
+	EOI    *int32          `json:"eoi_token_id"`
+	AudioT *int32          `json:"audio_token_id"`
+	BOA    *int32          `json:"boa_token_id"`
+	EOA    *int32          `json:"eoa_token_id"`
+	EOAIdx *int32          `json:"eoa_token_index"`
+}
+
+func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+
+// LoadGemma4Media opens the towers of the Gemma 4 checkpoint in dir. A
+// checkpoint without vision_config and audio_config (a text-only model) is
+// an ErrNoMedia error. opts' Backend, Copy and DType apply as for Load.
+func LoadGemma4Media(dir string, opts *LoadOptions) (*Gemma4Media, error) {
+	if opts == nil {
+		opts = &LoadOptions{}
+	}
+	cfg, err := ReadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	var mc gemma4MMConfig
+	if err := cfg.Decode(&mc); err != nil {
+		return nil, err
+	}
+	if !present(mc.Vision) && !present(mc.Audio) {
+		return nil, fmt.Errorf("model: %s: %w: the config has no vision_config or audio_config", dir, ErrNoMedia)
+	}
+	tc, err := parseGemma4Config(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("model: %s: %w", dir, err)
+	}
+	var pad struct {
+		Pad *int32 `json:"pad_token_id"`
+	}
+	if present(mc.Text) {
+		_ = json.Unmarshal(mc.Text, &pad)
+	}
+	tok := Gemma4Tokens{Image: 258880, BOI: 255999, EOI: 258882, Audio: 258881, BOA: 256000, EOA: 258883}
+	for _, f := range []struct {
+		dst *int32
+		src *int32
+	}{{&tok.Image, mc.Image}, {&tok.BOI, mc.BOI}, {&tok.EOI, mc.EOI}, {&tok.Audio, mc.AudioT}, {&tok.BOA, mc.BOA}, {&tok.EOA, mc.EOAIdx}, {&tok.EOA, mc.EOA}, {&tok.Pad, pad.Pad}} {
+		if f.src != nil {
+			*f.dst = *f.src
+		}
+	}
+	set, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w: %w", ErrCheckpoint, err)
+	}
+	m := &Gemma4Media{Tokens: tok, set: set, AudioMaxTokens: 750}
+	if err := m.build(&mc, cfg, tc.Hidden, opts); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("model: %s: %w", dir, err)
+	}
+	if m.Vision != nil {
+		if m.ImageConfig, err = media.ReadGemma4ImageConfig(dir); err != nil {
+			m.Close()
+			return nil, err
+		}
+		if m.ImageConfig.PatchSize != m.Vision.cfg.Patch || m.ImageConfig.PoolingKernel != m.Vision.cfg.Pool {
+			m.Close()
+			return nil, fmt.Errorf("model: %s: %w: image processor patch %d / pool %d, vision tower %d / %d", dir, ErrCheckpoint,
+				m.ImageConfig.PatchSize, m.ImageConfig.PoolingKernel, m.Vision.cfg.Patch, m.Vision.cfg.Pool)
+		}
+	}
+	if m.Audio != nil {
+		if m.AudioConfig, err = media.ReadGemma4AudioConfig(dir); err != nil {
+			m.Close()
+			return nil, err
+		}
+		var seq struct {
+			N int `json:"audio_seq_length"`
+		}
+		if _, err := media.ReadProcessorSection(dir, "", &seq); err == nil && seq.N > 0 {
+			m.AudioMaxTokens = seq.N
+		}
+	}
+	return m, nil
+}
+
+// firstPrefix is the first of prefixes under which the checkpoint stores
+// name ("" when none does).
+func firstPrefix(set *safetensors.Set, name string, prefixes ...string) (string, bool) {
+	for _, p := range prefixes {
+		if set.Has(p+name) || set.Has(p+name+".weight") || set.Has(p+name+".scales") {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+func (m *Gemma4Media) build(mc *gemma4MMConfig, cfg *Config, textHidden int, opts *LoadOptions) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if le, ok := r.(loadError); ok {
+				err = le.err
+			} else {
+				err = tensor.Try(func() { panic(r) })
+			}
+		}
+	}()
+	if e := tensor.Try(func() { m.w = NewWeights(m.set, cfg.Quant, opts.Backend, opts.Copy) }); e != nil {
+		return e
+	}
+	m.w.cast = opts.DType
+	if present(mc.Vision) {
+		vc, err := parseGemma4VisionConfig(mc.Vision)
+		if err != nil {
+			return err
+		}
+		tp, ok := firstPrefix(m.set, "patch_embedder.position_embedding_table", "model.vision_tower.", "vision_tower.", "model.vision_model.", "vision_model.")
+		if !ok {
+			return fmt.Errorf("%w: vision_config is set but no vision tower is stored (patch_embedder.position_embedding_table)", ErrCheckpoint)
+		}
+		ep, ok := firstPrefix(m.set, "embedding_projection", "model.embed_vision.", "embed_vision.")
+		if !ok {
+			return fmt.Errorf("%w: no embed_vision.embedding_projection for the vision tower", ErrCheckpoint)
+		}
+		m.Vision = loadGemma4Vision(m.w, vc, tp, ep, textHidden)
+	}
+	if present(mc.Audio) {
+		ac, err := parseGemma4AudioConfig(mc.Audio)
+		if err != nil {
+			return err
+		}
+		tp, ok := firstPrefix(m.set, "subsample_conv_projection.input_proj_linear", "model.audio_tower.", "audio_tower.", "model.audio_model.", "audio_model.")
+		if ok {
+			ep, ok := firstPrefix(m.set, "embedding_projection", "model.embed_audio.", "embed_audio.")
+			if !ok {
+				return fmt.Errorf("%w: no embed_audio.embedding_projection for the audio tower", ErrCheckpoint)
+			}
+			m.Audio = loadGemma4Audio(m.w, ac, tp, ep, textHidden)
+		}
+	}
+	return nil
+}
+
+// Close frees the towers and closes the checkpoint.
+func (m *Gemma4Media) Close() error {
+	if m == nil {
+		return nil
+	}
+	if m.w != nil {
+		m.w.Free()
+		m.w = nil
+	}
+	if m.set != nil {
+		err := m.set.Close()
+		m.set = nil
+		return err
+	}
+	return nil
+}
+
+// MediaSpan is one medium's soft-token embeddings [n, D] (a tower's
+// projected output) and the prompt position of its first placeholder.
+type MediaSpan struct {
+	Start  int
+	Embeds *tensor.Array
+}
+
+// PromptMedia is a prompt's multimodal rows: embeddings that replace the
+// token embeddings of the placeholder positions, laid out over the whole
+// prompt so that any prefill chunk can take its slice.
+type PromptMedia struct {
+	// Embeddings is [1, L, D] in the model's dtype, zero outside media rows.
+	Embeddings *tensor.Array
+	// Mask marks the media rows (len L).
+	Mask []bool
+	// Pad is the id fed in place of a placeholder: transformers looks the
+	// pad token up in the per-layer input table at media rows.
+	Pad int32
+	be  tensor.Backend
+}
+
+// NewPromptMedia lays spans over a prompt of length promptLen for a model
+// of width dim and activation dtype dt on be. Spans must not overlap and
+// must fit in the prompt.
+func NewPromptMedia(be tensor.Backend, promptLen, dim int, dt tensor.DType, spans []MediaSpan, pad int32) (pm *PromptMedia, err error) {
+	if be == nil {
+		be = tensor.Default()
+	}
+	mask := make([]bool, promptLen)
+	for _, s := range spans {
+		if s.Embeds == nil || s.Embeds.NDim() != 2 || s.Embeds.Dim(1) != dim {
+			return nil, fmt.Errorf("%w: media embeddings must be [n, %d]", tensor.ErrShape, dim)
+		}
+		n := s.Embeds.Dim(0)
+		if s.Start < 0 || s.Start+n > promptLen {
+			return nil, fmt.Errorf("%w: media rows [%d, %d) outside a %d-token prompt", tensor.ErrArgument, s.Start, s.Start+n, promptLen)
+		}
+		for i := s.Start; i < s.Start+n; i++ {
+			if mask[i] {
+				return nil, fmt.Errorf("%w: media spans overlap at position %d", tensor.ErrArgument, i)
+			}
+			mask[i] = true
+		}
+	}
+	err = tensor.Try(func() {
+		sc := tensor.NewScope()
+		defer sc.Close()
+		var parts []*tensor.Array
+		at := 0
+		zeros := func(n int) {
+			if n > 0 {
+				parts = append(parts, tensor.FullOn(be, []int{n, dim}, 0, dt))
+			}
+		}
+		sorted := append([]MediaSpan(nil), spans...)
+		for i := 1; i < len(sorted); i++ {
+			for j := i; j > 0 && sorted[j].Start < sorted[j-1].Start; j-- {
+				sorted[j], sorted[j-1] = sorted[j-1], sorted[j]
+			}
+		}
+		for _, s := range sorted {
+			zeros(s.Start - at)
+			parts = append(parts, tensor.AsType(s.Embeds, dt))
+			at = s.Start + s.Embeds.Dim(0)
+		}
+		zeros(promptLen - at)
+		var all *tensor.Array
+		if len(parts) == 1 {
+			all = parts[0]
+		} else {
+			all = tensor.Concatenate(parts, 0)
+		}
+		all = tensor.Reshape(all, 1, promptLen, dim)
+		tensor.Eval(all)
+		pm = &PromptMedia{Embeddings: sc.Keep(all), Mask: mask, Pad: pad, be: be}
+	})
+	if err == nil {
+		tensor.Detach(pm.Embeddings)
+	}
+	return pm, err
+}
+
+// Free releases the embeddings.
+func (p *PromptMedia) Free() {
+	if p != nil && p.Embeddings != nil {
+		p.Embeddings.Free()
+		p.Embeddings = nil
+	}
+}
+
+// Wrap returns m with p's rows merged into every forward pass that covers
+// them: the pass's position is its caches' offset (a batched pass over
+// several rows' caches is not supported), placeholder ids become p.Pad,
+// and ForwardOptions carries the pass's slice of the embeddings and
+// mask. Passes past the prompt (decoding) go through unchanged.
+func (p *PromptMedia) Wrap(m Model) Model { return &mediaModel{Model: m, p: p} }
+
+type mediaModel struct {
+	Model
+	p *PromptMedia
+}
+
+func cachesOffset(caches []kv.Cache) int {
+	for _, c := range caches {
+		if c != nil {
+			return c.Offset()
+		}
+	}
+	return 0
+}
+
+func (mm *mediaModel) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOptions) (out *tensor.Array, err error) {
+	p := mm.p
+	off, t := cachesOffset(caches), ids.Dim(1)
+	hit := false
+	for i := off; i < min(off+t, len(p.Mask)); i++ {
+		hit = hit || p.Mask[i]
+	}
+	if !hit || ids.Dim(0) != 1 || opts != nil && opts.Embeddings != nil {
+		return mm.Model.Forward(ids, caches, opts)
+	}
+	var o ForwardOptions
+	var ids2 *tensor.Array
+	err = tensor.Try(func() {
+		sc := tensor.NewScope()
+		defer sc.Close()
+		end := min(off+t, len(p.Mask))
+		keep := make([]byte, t)
+		sel := make([]byte, t)
+		for i := range t {
+			if off+i < end && p.Mask[off+i] {
+				sel[i] = 1
+			} else {
+				keep[i] = 1
+			}
+		}
+		emb := tensor.SliceAxis(p.Embeddings, 1, off, end)
+		if end-off < t {
+			emb = tensor.Concatenate([]*tensor.Array{emb, tensor.FullOn(p.be, []int{1, off + t - end, emb.Dim(2)}, 0, emb.DType())}, 1)
+		}
+		keepA := tensor.FromBytesOn(p.be, keep, []int{1, t}, tensor.Bool, false)
+		o.EmbedMask = sc.Keep(tensor.FromBytesOn(p.be, sel, []int{1, t}, tensor.Bool, false))
+		o.Embeddings = sc.Keep(emb)
+		ids2 = sc.Keep(tensor.WhereScalar(keepA, ids, float64(p.Pad)))
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer tensor.Free(o.Embeddings, o.EmbedMask, ids2)
+	return mm.Model.Forward(ids2, caches, &o)
+}

@@ -20,6 +20,9 @@ func TestQGemmExact(t *testing.T) {
 	if !hasAVX512 || !hasBF16 {
 		t.Skip("no AVX512_BF16")
 	}
+	// the public product must take this matvec, not the AVX-512 kernels
+	defer func(on bool) { qmvzOn = on }(qmvzOn)
+	qmvzOn = false
 	live := tensor.LiveArrays()
 	r := rand.New(rand.NewPCG(21, 22))
 	for _, bits := range []int{4, 8} {

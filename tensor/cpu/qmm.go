@@ -207,6 +207,8 @@ func qmmRun(dst, xb []byte, dt tensor.DType, rows int, w qmat, transpose bool) {
 	// each path computes a row the same way whatever rows it is given with
 	// (the kernel is chosen by the weight and dtype, never by the row count)
 	switch {
+	case transpose && qmvzUsable(w):
+		qmvZ(out, x, rows, w)
 	case transpose && qmvUsable(w, dt):
 		var raw []uint16
 		if dt == tensor.BFloat16 {

@@ -136,6 +136,13 @@ func prepQMVA(xl, gx, x []float32, gs, bits int) {
 	} else {
 		copy(xl, x)
 	}
+	groupSums(gx, x, gs)
+}
+
+// groupSums writes the sum of each group of gs values of x to gx, then
+// zeros to the rest of gx: four interleaved partial sums per group,
+// merged in a fixed order.
+func groupSums(gx, x []float32, gs int) {
 	ng := len(x) / gs
 	for g := range ng {
 		v := x[g*gs : (g+1)*gs]

@@ -39,3 +39,22 @@ func qmvA4(w *byte, ldw int, x *float32, ldx, ngc, cpg int, s *float32, lds int,
 
 //go:noescape
 func qmvA8(w *byte, ldw int, x *float32, ldx, ngc, cpg int, s *float32, lds int, b *float32, ldb, nbv int, gx *float32, ldg int, acc, out *float32, ldo, nrows, pfd, flags, nx int)
+
+// qmvZ4, qmvZ8, qmvZ4p and qmvZ8p are the AVX-512 kernels
+// (qmvz_amd64.s), qmvA4/qmvA8 on 16 lanes and 64-code blocks for 1..16 x
+// rows: nit iterations of cpi blocks each, one scale per iteration (the
+// p variants: one block per iteration and the scales of its two groups of
+// 32); biases padded to nbv vectors of 16, acc 16·nx floats per weight
+// row; the rest as for qmvA4.
+//
+//go:noescape
+func qmvZ4(w *byte, ldw int, x *float32, ldx, nit, cpi int, s *float32, lds int, b *float32, ldb, nbv int, gx *float32, ldg int, acc, out *float32, ldo, nrows, pfd, flags, nx int)
+
+//go:noescape
+func qmvZ8(w *byte, ldw int, x *float32, ldx, nit, cpi int, s *float32, lds int, b *float32, ldb, nbv int, gx *float32, ldg int, acc, out *float32, ldo, nrows, pfd, flags, nx int)
+
+//go:noescape
+func qmvZ4p(w *byte, ldw int, x *float32, ldx, nit, cpi int, s *float32, lds int, b *float32, ldb, nbv int, gx *float32, ldg int, acc, out *float32, ldo, nrows, pfd, flags, nx int)
+
+//go:noescape
+func qmvZ8p(w *byte, ldw int, x *float32, ldx, nit, cpi int, s *float32, lds int, b *float32, ldb, nbv int, gx *float32, ldg int, acc, out *float32, ldo, nrows, pfd, flags, nx int)

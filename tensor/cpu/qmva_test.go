@@ -24,8 +24,23 @@ func qmvaCase(r *rand.Rand, bits, gs, k, n, m int, dt tensor.DType) (wq, sc, bi 
 	return
 }
 
-// TestQMVAExact holds the AVX2 quantized matmul to an exact float64
-// reference: every product q·x is exact inside its FMA, so only float32
+// qmvKernels are the float32-exact quantized kernels of this machine
+// (qmvA on AVX2, qmvZ on AVX-512), with whether each can run and whether
+// the public product takes it for w and x's dtype.
+var qmvKernels = []struct {
+	name   string
+	run    func(out, x []float32, rows int, w qmat)
+	usable func(w qmat) bool
+	public func(w qmat, dt tensor.DType) bool
+}{
+	{"avx2", qmvA, qmvaUsable, func(w qmat, dt tensor.DType) bool {
+		return !qmvzUsable(w) && !qmvUsable(w, dt) && (w.bits == 8 || !hasAVX512)
+	}},
+	{"avx512", qmvZ, qmvzUsable, func(w qmat, dt tensor.DType) bool { return true }},
+}
+
+// TestQMVAExact holds the AVX2 and AVX-512 quantized matmuls to an exact
+// float64 reference: every product q·x is exact inside its FMA, so only float32
 // accumulation may differ (a few float32 ulps of Σ|x·s·q| + Σ|x·b| per
 // step). 4- and 8-bit codes, group sizes 32, 64 and 128, K from one group
 // to several K chunks, odd N, 1..17 x rows (one to three passes), float32,
@@ -34,39 +49,49 @@ func TestQMVAExact(t *testing.T) {
 	if !hasAVX2 {
 		t.Skip("no AVX2+FMA")
 	}
-	live := tensor.LiveArrays()
-	r := rand.New(rand.NewPCG(31, 32))
-	c := 0
-	for _, bits := range []int{4, 8} {
-		for _, gs := range []int{32, 64, 128} {
-			for _, kmul := range []int{1, 3, 7, 33} {
-				for _, n := range []int{1, 5, 37} {
-					for _, m := range []int{1, 2, 3, 8, 9, 17} {
-						dt := invDTypes[c%3]
-						c++
-						checkQMVA(t, r, bits, gs, gs*kmul, n, m, dt)
+	for _, kn := range qmvKernels {
+		t.Run(kn.name, func(t *testing.T) {
+			if !kn.usable(qmat{bits: 4, gs: 64, cols: 64}) {
+				t.Skip("not on this machine")
+			}
+			live := tensor.LiveArrays()
+			r := rand.New(rand.NewPCG(31, 32))
+			c := 0
+			for _, bits := range []int{4, 8} {
+				for _, gs := range []int{32, 64, 128} {
+					for _, kmul := range []int{1, 2, 3, 7, 33} {
+						for _, n := range []int{1, 5, 37} {
+							for _, m := range []int{1, 2, 3, 8, 9, 17, 33} {
+								dt := invDTypes[c%3]
+								c++
+								k := gs * kmul
+								if !kn.usable(qmat{bits: bits, gs: gs, cols: k}) {
+									continue
+								}
+								checkQMVA(t, r, kn.run, kn.public, bits, gs, k, n, m, dt)
+							}
+						}
 					}
 				}
 			}
-		}
-	}
-	if d := tensor.LiveArrays() - live; d != 0 {
-		t.Errorf("%d arrays leaked", d)
+			if d := tensor.LiveArrays() - live; d != 0 {
+				t.Errorf("%d arrays leaked", d)
+			}
+		})
 	}
 }
 
-func checkQMVA(t *testing.T, r *rand.Rand, bits, gs, k, n, m int, dt tensor.DType) {
+func checkQMVA(t *testing.T, r *rand.Rand, run func(out, x []float32, rows int, w qmat), public func(qmat, tensor.DType) bool,
+	bits, gs, k, n, m int, dt tensor.DType) {
 	t.Helper()
 	s := tensor.NewScope()
 	defer s.Close()
 	name := fmt.Sprintf("%s/b%d/g%d/k%d/n%d/m%d", dt, bits, gs, k, n, m)
 	wq, sc, bi, x := qmvaCase(r, bits, gs, k, n, m, dt)
 	q := loadQ(wq, sc, bi, gs, bits)
-	if !qmvaUsable(q.m) {
-		t.Fatalf("%s: AVX2 path not usable", name)
-	}
 	got := make([]float32, m*n)
-	qmvA(got, x, m, q.m)
+	run(got, x, m, q.m)
+	pubHere := public(q.m, dt)
 	q.release()
 	ref, mq, mb, _ := qmvRef(x, wq, sc, bi, m, n, k, gs, bits)
 	steps := float64(k/32 + k/gs + gs + 16)
@@ -77,7 +102,7 @@ func checkQMVA(t *testing.T, r *rand.Rand, bits, gs, k, n, m int, dt tensor.DTyp
 		}
 	}
 	// the public product (float32 x) is the kernel's value
-	if dt == tensor.Float32 && (bits == 8 || !hasAVX512) {
+	if dt == tensor.Float32 && pubHere {
 		pub := tensor.QuantizedMatmul(tensor.FromFloat32(x, []int{m, k}, dt), wq, sc, bi, true, gs, bits).Float32s()
 		for i := range pub {
 			if pub[i] != got[i] {
@@ -87,22 +112,33 @@ func checkQMVA(t *testing.T, r *rand.Rand, bits, gs, k, n, m int, dt tensor.DTyp
 	}
 }
 
-// TestQMVARowInvariant calls the AVX2 kernel itself (float32 results,
+// TestQMVARowInvariant calls the AVX2 and AVX-512 kernels themselves (float32 results,
 // before any rounding to x's dtype) with M rows under several worker
 // counts and compares every row, bit for bit, with the row computed
-// alone: M from 2 to 20 (one to three passes, uneven pass sizes), K long
-// enough that a pass of 8 rows runs in K chunks while one row runs whole,
+// alone: M from 3 to 40 (one to three passes, uneven pass sizes), K long
+// enough that a full pass runs in K chunks while one row runs whole,
 // and each row also placed at another position among other rows.
 func TestQMVARowInvariant(t *testing.T) {
 	if !hasAVX2 {
 		t.Skip("no AVX2+FMA")
 	}
+	for _, kn := range qmvKernels {
+		t.Run(kn.name, func(t *testing.T) {
+			if !kn.usable(qmat{bits: 4, gs: 64, cols: 64}) {
+				t.Skip("not on this machine")
+			}
+			checkQMVARows(t, kn.run)
+		})
+	}
+}
+
+func checkQMVARows(t *testing.T, qmvA func(out, x []float32, rows int, w qmat)) {
 	r := rand.New(rand.NewPCG(33, 34))
 	s := tensor.NewScope()
 	defer s.Close()
 	for ci, cs := range []struct{ bits, gs, k, n, m int }{
-		{4, 64, 2048, 70, 8}, {4, 32, 1024, 33, 5}, {4, 128, 8192, 40, 9},
-		{8, 64, 2048, 37, 16}, {8, 32, 512, 17, 3}, {8, 128, 4096, 20, 20}, {4, 64, 4160, 50, 13},
+		{4, 64, 2048, 70, 8}, {4, 32, 1024, 33, 5}, {4, 128, 8192, 40, 9}, {4, 64, 2048, 19, 40},
+		{8, 64, 2048, 37, 16}, {8, 32, 512, 17, 3}, {8, 128, 4096, 20, 20}, {4, 64, 4160, 50, 13}, {8, 32, 4096, 21, 17},
 	} {
 		name := fmt.Sprintf("b%d/g%d/k%d/n%d/m%d", cs.bits, cs.gs, cs.k, cs.n, cs.m)
 		dt := invDTypes[ci%3]

@@ -61,15 +61,23 @@ func unhex(t *testing.T, s string) []byte {
 }
 
 // forEachKernel runs f with the assembly kernels on and, where they exist,
-// off (and with AVX-512 but not AVX512_BF16, the older quantized kernels;
-// on an AVX-512 machine also with its AVX2 kernels alone), so every path
-// is held to the same reference.
+// off (on an AVX-512 machine also without its AVX-512 quantized matmul,
+// reaching the AVX512_BF16 matvec, then without AVX512_BF16, reaching the
+// older quantized kernels, and with its AVX2 kernels alone), so every
+// path is held to the same reference.
 func forEachKernel(t *testing.T, f func(t *testing.T)) {
 	t.Run("simd", f)
+	if hasAVX512 && qmvzOn {
+		t.Run("noqmvz", func(t *testing.T) {
+			qmvzOn = false
+			defer func() { qmvzOn = true }()
+			f(t)
+		})
+	}
 	if hasBF16 {
 		t.Run("nobf16", func(t *testing.T) {
-			hasBF16 = false
-			defer func() { hasBF16 = true }()
+			hasBF16, qmvzOn = false, false
+			defer func() { hasBF16, qmvzOn = true, true }()
 			f(t)
 		})
 	}

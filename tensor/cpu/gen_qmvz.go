@@ -1,0 +1,169 @@
+//go:build ignore
+
+// gen_qmvz writes qmvz_amd64.s, the AVX-512 quantized matmul kernels
+// (qmvz.go) unrolled per x row count (1..16), code width (4, 8 bits) and
+// group layout (one scale per 64-code block or per group of blocks, or
+// two per block for groups of 32): run go generate.
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+const args = "w *byte, ldw int, x *float32, ldx, nit, cpi int, s *float32, lds int, b *float32, ldb, nbv int, gx *float32, ldg int, acc, out *float32, ldo, nrows, pfd, flags, nx int"
+
+const maxRows = 16
+
+// decode turns one block of 64 codes at SI into float32 vectors Z0..Z3.
+func decode(bits int) string {
+	if bits == 4 {
+		// byte j of the block holds codes 2j (low nibble) and 2j+1: Z0
+		// lanes are codes 0,2,…,30, Z1 1,3,…,31, Z2 32,…,62, Z3 33,…,63
+		return "\tVPMOVZXBD (SI), Z0\n\tVPMOVZXBD 16(SI), Z2\n\tVPSRLD $4, Z0, Z1\n\tVPSRLD $4, Z2, Z3\n" +
+			"\tVPANDD Z6, Z0, Z0\n\tVPANDD Z6, Z2, Z2\n" +
+			"\tVCVTDQ2PS Z0, Z0\n\tVCVTDQ2PS Z1, Z1\n\tVCVTDQ2PS Z2, Z2\n\tVCVTDQ2PS Z3, Z3\n\tADDQ $32, SI\n"
+	}
+	return "\tVPMOVZXBD (SI), Z0\n\tVPMOVZXBD 16(SI), Z1\n\tVPMOVZXBD 32(SI), Z2\n\tVPMOVZXBD 48(SI), Z3\n" +
+		"\tVCVTDQ2PS Z0, Z0\n\tVCVTDQ2PS Z1, Z1\n\tVCVTDQ2PS Z2, Z2\n\tVCVTDQ2PS Z3, Z3\n\tADDQ $64, SI\n"
+}
+
+func acc(i int) int { return 8 + i }
+
+func main() {
+	var o strings.Builder
+	w := func(f string, a ...any) { fmt.Fprintf(&o, f, a...) }
+	w("%s", header)
+	for _, bits := range []int{4, 8} {
+		for _, pair := range []bool{false, true} {
+			fn := fmt.Sprintf("qmvZ%d", bits)
+			l := fmt.Sprintf("z%d", bits)
+			if pair {
+				fn += "p"
+				l += "p"
+			}
+			w("// func %s(%s)\nTEXT ·%s(SB), NOSPLIT, $0-160\n", fn, args, fn)
+			w("%s", strings.ReplaceAll(prologue, "done", l+"_done"))
+			for nx := 1; nx <= maxRows; nx++ {
+				w("\tCMPQ AX, $%d\n\tJEQ %s_r%d\n", nx, l, nx)
+			}
+			w("\tJMP %s_done\n", l)
+			for nx := 1; nx <= maxRows; nx++ {
+				p := fmt.Sprintf("%s_%d", l, nx)
+				w("\n%s_r%d:\n%s_row:\n", l, nx, p)
+				w("\tMOVQ flags+144(FP), AX\n\tTESTQ $1, AX\n\tJZ %s_load\n", p)
+				w("\t// first chunk: acc = Σ_j b[16j..16j+15]·gx[16j..16j+15] (the bias terms)\n")
+				for i := range nx {
+					w("\tVPXORD Z%d, Z%d, Z%d\n", acc(i), acc(i), acc(i))
+				}
+				w("\tMOVQ b+64(FP), AX\n\tMOVQ gx+88(FP), CX\n\tMOVQ nbv+80(FP), R12\n")
+				w("%s_bias:\n\tVMOVUPS (AX), Z5\n\tMOVQ CX, R13\n", p)
+				for i := range nx {
+					w("\tVFMADD231PS (R13), Z5, Z%d\n", acc(i))
+					if i+1 < nx {
+						w("\tADDQ ldg+96(FP), R13\n")
+					}
+				}
+				w("\tADDQ $64, AX\n\tADDQ $64, CX\n\tDECQ R12\n\tJNZ %s_bias\n\tJMP %s_blocks\n", p, p)
+				w("%s_load:\n", p)
+				for i := range nx {
+					w("\tVMOVUPS %d(R10), Z%d\n", 64*i, acc(i))
+				}
+				w("%s_blocks:\n\tMOVQ pfd+136(FP), CX\n\tMOVQ DX, R11\n\tMOVQ R9, R8\n\tMOVQ R15, SI\n\tMOVQ nit+32(FP), R12\n", p)
+				if pair {
+					// one block per iteration, the scales of its two groups
+					w("%s_grp:\n\tVBROADCASTSS (R8), Z5\n\tVBROADCASTSS 4(R8), Z7\n\tADDQ $8, R8\n\tMOVQ cpi+40(FP), R13\n", p)
+				} else {
+					w("%s_grp:\n\tVBROADCASTSS (R8), Z5\n\tADDQ $4, R8\n\tMOVQ cpi+40(FP), R13\n", p)
+				}
+				w("%s_blk:\n\tPREFETCHT0 (SI)(CX*1)\n", p)
+				w("%s", decode(bits))
+				if pair {
+					w("\tVMULPS Z5, Z0, Z0\n\tVMULPS Z5, Z1, Z1\n\tVMULPS Z7, Z2, Z2\n\tVMULPS Z7, Z3, Z3\n")
+				} else {
+					w("\tVMULPS Z5, Z0, Z0\n\tVMULPS Z5, Z1, Z1\n\tVMULPS Z5, Z2, Z2\n\tVMULPS Z5, Z3, Z3\n")
+				}
+				w("\tMOVQ R11, AX\n")
+				for i := range nx {
+					w("\tVMULPS (AX), Z0, Z4\n\tVFMADD231PS 64(AX), Z1, Z4\n\tVFMADD231PS 128(AX), Z2, Z4\n\tVFMADD231PS 192(AX), Z3, Z4\n")
+					w("\tVADDPS Z4, Z%d, Z%d\n", acc(i), acc(i))
+					if i+1 < nx {
+						w("\tADDQ BX, AX\n")
+					}
+				}
+				w("\tADDQ $256, R11\n\tDECQ R13\n\tJNZ %s_blk\n\tDECQ R12\n\tJNZ %s_grp\n", p, p)
+				w("\tMOVQ flags+144(FP), AX\n\tTESTQ $2, AX\n\tJZ %s_store\n", p)
+				w("\t// last chunk: each row's lanes summed, (i, i+8), (i, i+4), then pairwise\n\tMOVQ DI, AX\n")
+				for i := range nx {
+					a := acc(i)
+					w("\tVEXTRACTF64X4 $1, Z%d, Y4\n\tVADDPS Y4, Y%d, Y4\n\tVEXTRACTF128 $1, Y4, X5\n\tVADDPS X5, X4, X4\n"+
+						"\tVHADDPS X4, X4, X4\n\tVHADDPS X4, X4, X4\n\tVMOVSS X4, (AX)\n", a, a)
+					if i+1 < nx {
+						w("\tADDQ ldo+120(FP), AX\n")
+					}
+				}
+				w("\tJMP %s_next\n%s_store:\n", p, p)
+				for i := range nx {
+					w("\tVMOVUPS Z%d, %d(R10)\n", acc(i), 64*i)
+				}
+				w("%s_next:\n\tADDQ $4, DI\n\tADDQ $%d, R10\n\tADDQ ldw+8(FP), R15\n\tADDQ lds+56(FP), R9\n", p, 64*nx)
+				w("\tMOVQ b+64(FP), AX\n\tADDQ ldb+72(FP), AX\n\tMOVQ AX, b+64(FP)\n")
+				w("\tDECQ R14\n\tJNZ %s_row\n\tJMP %s_done\n", p, l)
+			}
+			w("\n%s_done:\n\tVZEROUPPER\n\tRET\n\n", l)
+		}
+	}
+	out := strings.TrimRight(o.String(), "\n") + "\n"
+	if err := os.WriteFile("qmvz_amd64.s", []byte(out), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+const header = `// Code generated by gen_qmvz.go; DO NOT EDIT.
+
+#include "textflag.h"
+
+// Quantized matmul x·Wᵀ with AVX-512 (F, VL) for 1..16 x rows per pass:
+// the AVX2 kernels' scheme (qmva_amd64.s) on 16 float32 lanes and blocks
+// of 64 codes (see qmvz.go for the layouts).
+//
+// For each of nrows weight rows (ldw bytes apart), this chunk's nit
+// iterations of cpi blocks each are walked; an iteration broadcasts its
+// group scale (qmvZ4, qmvZ8: one group per iteration) or its two groups'
+// scales (qmvZ4p, qmvZ8p: groups of 32, one block per iteration, codes
+// 0..31 of the block in one group and 32..63 in the next). Every block is
+// loaded, widened to four float32 vectors and multiplied by its scales
+// once (Z0..Z3 = s·q, exact for bfloat16 and float16 scales), then dotted
+// with every x row of the pass in turn: per row one chain t = Z0·x0 +
+// Z1·x1 + Z2·x2 + Z3·x3 (x read from memory by the instruction), then
+// acc += t. On a row's first chunk its accumulator starts from the bias
+// terms Σ_g b_g·X_g (16 groups per lane step); on a later chunk it is
+// reloaded from acc, where a non-last chunk leaves it; after the last, its
+// 16 lanes are summed and written out. A row's operations and their order
+// are the same whatever the pass size or the chunking.
+//
+// Registers: Z0..Z3 codes, Z4 a row's block dot, Z5 and Z7 the scales (Z5
+// the bias vector in the first step), Z6 the nibble mask; x row i
+// accumulates in Z8+i. SI walks the weights, R15 is the row's first
+// weight byte, R8/R9 the scales, R10 acc, R11 x, DI out, BX ldx, CX the
+// prefetch distance, R12/R13/R14 counters.
+
+DATA qmvzNibble<>+0(SB)/4, $0x0f
+GLOBL qmvzNibble<>(SB), RODATA|NOPTR, $4
+
+`
+
+const prologue = `	MOVQ w+0(FP), R15
+	MOVQ x+16(FP), DX
+	MOVQ ldx+24(FP), BX
+	MOVQ s+48(FP), R9
+	MOVQ acc+104(FP), R10
+	MOVQ out+112(FP), DI
+	MOVQ nrows+128(FP), R14
+	VPBROADCASTD qmvzNibble<>(SB), Z6
+	TESTQ R14, R14
+	JZ done
+	MOVQ nx+152(FP), AX
+`

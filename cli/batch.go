@@ -222,7 +222,7 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			Text     string          `json:"text"`
 			Logprobs []tokenLogprobs `json:"logprobs,omitempty"`
 			Stats    jsonStats       `json:"stats"`
-		}{r.in.ID, r.ids, r.text.String(), r.lps, jsonStats{st, be.Name()}}
+		}{r.in.ID, r.ids, r.text.String(), r.lps, jsonStats{Stats: st, Backend: be.Name()}}
 		if out.IDs == nil {
 			out.IDs = []int32{}
 		}

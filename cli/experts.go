@@ -168,3 +168,9 @@ func fmtBytes(n int64) string {
 	}
 	return ""
 }
+
+// printExpertStats writes the expert streaming summary line.
+func printExpertStats(w io.Writer, r *expertReport) {
+	fmt.Fprintf(w, "Experts: %d hits, %d misses (hit rate %.3f), %s read (%s per token), %s resident (peak %s, budget %s)\n",
+		r.Hits, r.Misses, r.HitRate, fmtBytes(r.BytesRead), fmtBytes(int64(r.BytesReadPerToken)), fmtBytes(r.ResidentBytes), fmtBytes(r.PeakResidentBytes), fmtBytes(r.BudgetBytes))
+}

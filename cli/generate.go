@@ -39,6 +39,7 @@ type genFlags struct {
 	adapters                                          []string
 	gram                                              grammarFlags
 	experts                                           expertFlags
+	spec                                              specFlags
 }
 
 // runGenerate loads a model, builds the prompt (chat template applied to
@@ -77,6 +78,7 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fl.BoolVar(&f.asJSON, "json", false, `print {"ids": [...], "text": "...", "stats": {...}} instead of streaming`)
 	addGrammarFlags(fl, &f.gram)
 	addExpertFlags(fl, &f.experts)
+	addSpecFlags(fl, &f.spec)
 	fl.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: mlxgo generate [--model MODEL] (PROMPT | --prompt TEXT | --prompt-ids 1,2,3) [flags]")
 		fl.PrintDefaults()
@@ -156,6 +158,12 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	opts.Backend = be
+	sp, closeDraft, err := f.spec.build(m, f.dir, tok, be, f.copyWeights, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeDraft()
+	opts.Speculation = sp
 	info := m.Info()
 	if !f.ignoreEOS {
 		opts.EOS = toInt32s(eosIDs(info.EOS, tok))
@@ -243,6 +251,7 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if js.Experts != nil {
 		printExpertStats(stderr, js.Experts)
 	}
+	printSpecStats(stderr, st)
 	return nil
 }
 

@@ -34,6 +34,9 @@ type benchTrial struct {
 	// GeneratedTokens can fall short of --generation-tokens only when the
 	// model's context ends; EOS is ignored, as in mlx_lm.benchmark.
 	GeneratedTokens int `json:"generation_tokens"`
+	// Experts are the expert streaming counters of the decode phase
+	// (--expert-offload; per token: per generated token after the first).
+	Experts *expertReport `json:"experts,omitempty"`
 	// Speculation holds speculative decoding's statistics when it is on.
 	Speculation *generate.SpecStats `json:"speculation,omitempty"`
 }
@@ -48,7 +51,9 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	var asJSON bool
 	var adapters []string
 	var spec specFlags
+	var ef expertFlags
 	fl := newFlags("bench", stderr)
+	addExpertFlags(fl, &ef)
 	fl.StringVar(&modelArg, "model", "", "model folder, cached repo name, or demo (default)")
 	fl.IntVarP(&promptN, "prompt-tokens", "p", 512, "length of the (random) prompt")
 	fl.IntVarP(&genN, "generation-tokens", "g", 1024, "tokens to generate")
@@ -87,7 +92,11 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m, be, err := loadModelAdapters(dir, backend, false, adapters, stderr)
+	es, err := ef.streaming(dir)
+	if err != nil {
+		return err
+	}
+	m, be, err := loadModelOpts(dir, backend, false, adapters, es, stderr)
 	if err != nil {
 		return err
 	}
@@ -118,9 +127,14 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			return benchTrial{}, err
 		}
 		defer s.Close()
+		first := true
 		for _, err := range s.Tokens() {
 			if err != nil {
 				return benchTrial{}, err
+			}
+			if first {
+				resetExpertStats(m) // count decode only
+				first = false
 			}
 		}
 		st := s.Stats()
@@ -129,6 +143,9 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			Speculation: st.Speculation}
 		if st.PeakMemory == 0 {
 			tr.PeakMemory = float64(peakRSS()) / 1e9
+		}
+		if es, ok := expertStats(m); ok {
+			tr.Experts = newExpertReport(es, st.GeneratedTokens-1)
 		}
 		return tr, nil
 	}
@@ -152,6 +169,9 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		res = append(res, tr)
 		say("Trial %d:  prompt_tps=%.3f, generation_tps=%.3f, peak_memory=%.3f, total_time=%.3f\n",
 			i+1, tr.PromptTPS, tr.GenerationTPS, tr.PeakMemory, tr.TotalTime)
+		if e := tr.Experts; e != nil {
+			say("         expert_hit_rate=%.3f, expert_bytes_read_per_token=%.0f, expert_resident_bytes=%d\n", e.HitRate, e.BytesReadPerToken, e.ResidentBytes)
+		}
 		if sp := tr.Speculation; sp != nil {
 			say("         acceptance=%.3f, tokens_per_forward=%.3f, accepted_by_position=%v\n", sp.AcceptanceRate, sp.TokensPerForward, sp.AcceptedByPos)
 		}

@@ -174,3 +174,19 @@ func printExpertStats(w io.Writer, r *expertReport) {
 	fmt.Fprintf(w, "Experts: %d hits, %d misses (hit rate %.3f), %s read (%s per token), %s resident (peak %s, budget %s)\n",
 		r.Hits, r.Misses, r.HitRate, fmtBytes(r.BytesRead), fmtBytes(int64(r.BytesReadPerToken)), fmtBytes(r.ResidentBytes), fmtBytes(r.PeakResidentBytes), fmtBytes(r.BudgetBytes))
 }
+
+// resetExpertStats zeroes a model's expert counters (through a LoRA
+// host to its base model), so that a phase can be measured alone.
+func resetExpertStats(m model.Model) {
+	for m != nil {
+		if r, ok := m.(interface{ ResetExpertStats() }); ok {
+			r.ResetExpertStats()
+			return
+		}
+		b, ok := m.(interface{ Base() model.Model })
+		if !ok {
+			return
+		}
+		m = b.Base()
+	}
+}

@@ -334,6 +334,9 @@ type segment struct {
 	r      *Row
 	ids    []int32
 	logits bool // the pass's last position of ids is sampled (else: prefill)
+	// pre is how many leading ids are the end of the row's prompt riding
+	// with its first step (already recorded as prefilled)
+	pre int
 }
 
 // Step runs one forward pass over the running rows (admitting waiting
@@ -429,28 +432,38 @@ func (b *Batch) plan(events []Event) ([]segment, []Event) {
 	budget := b.o.TokenBudget
 	// A sampled row's grammar mask is host work: filled here, before the
 	// pass and outside Run.
-	sampled := func(r *Row, ids []int32) bool {
+	sampled := func(r *Row, pre, ids []int32) bool {
 		if err := r.q.fillMask(); err != nil {
 			events = b.end(r, StopError, err, events)
 			return false
 		}
-		segs = append(segs, segment{r: r, ids: ids, logits: true})
-		budget -= len(ids)
+		segs = append(segs, segment{r: r, ids: append(slices.Clip(pre), ids...), logits: true, pre: len(pre)})
+		budget -= len(pre) + len(ids)
 		return true
 	}
 	for _, r := range b.running {
 		if r.phase == phaseDecode {
-			sampled(r, r.in)
+			sampled(r, nil, r.in)
 		}
 	}
 	for _, r := range b.running {
 		if r.phase != phasePrefill || budget <= 0 {
 			continue
 		}
+		var pre []int32
 		if ids := r.q.nextChunk(min(budget, r.q.o.PrefillChunkSize)); ids != nil {
-			segs = append(segs, segment{r: r, ids: ids})
-			budget -= len(ids)
-			continue
+			if !r.q.endsPrefill(ids) || len(ids)+1 > budget {
+				segs = append(segs, segment{r: r, ids: ids})
+				budget -= len(ids)
+				continue
+			}
+			// The chunk ends the prefill and the first step (the last
+			// prompt token: no grammar forces more) fits beside it: both
+			// go in this pass, one step sooner to the first token. The
+			// logits of the last position are those of the step alone
+			// (the kernels do not depend on the tokens beside it).
+			r.q.prefilled(ids, r.caches)
+			pre = ids
 		}
 		in, lead, stop, err := r.q.firstStep()
 		if err != nil {
@@ -467,8 +480,8 @@ func (b *Batch) plan(events []Event) ([]segment, []Event) {
 		r.phase, r.in = phaseDecode, in
 		// The first step and its forced tokens go in one pass (as alone):
 		// without room in this one, the row waits for the next.
-		if len(in) <= budget || len(segs) == 0 {
-			sampled(r, in)
+		if len(pre)+len(in) <= budget || len(segs) == 0 || pre != nil {
+			sampled(r, pre, in)
 		}
 	}
 	return segs, events
@@ -562,7 +575,7 @@ func (b *Batch) pass(segs []segment) (events []Event, err error) {
 		}
 		var res = q.read()
 		q.noteRead(now)
-		q.fed(s.ids...)
+		q.fed(s.ids[s.pre:]...)
 		q.snapshot(r.caches)
 		if !r.reg {
 			r.reg = true // the prompt is in: later rows may share its blocks

@@ -125,6 +125,15 @@ func (q *seq) nextChunk(size int) []int32 {
 	return q.prompt[pos : pos+n]
 }
 
+// endsPrefill reports whether chunk (from nextChunk) leaves only the last
+// prompt token to feed, with no snapshot due in between and no grammar to
+// force tokens after it: the first step is then that token alone, and a
+// batch may run it in the chunk's pass.
+func (q *seq) endsPrefill(chunk []int32) bool {
+	end := len(q.cacheToks) + len(chunk)
+	return end == len(q.prompt)-1 && q.o.Grammar == nil && (q.fired || q.o.SnapshotAt != end)
+}
+
 // prefilled records that a forward pass wrote the chunk nextChunk gave
 // into caches, reports the progress and fires a snapshot that is due.
 func (q *seq) prefilled(chunk []int32, caches []kv.Cache) {

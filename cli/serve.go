@@ -51,6 +51,10 @@ type serveFlags struct {
 	ssdMax                                                                 int64
 	ssdMinTokens                                                           int
 	ssdVerify                                                              bool
+	responseTTL                                                            time.Duration
+	responseBytes                                                          int64
+	embedPooling                                                           string
+	matryoshkaMin                                                          int
 }
 
 // listFlag is a repeatable flag whose values may also be comma-separated.
@@ -97,6 +101,10 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	fl.Int64Var(&f.ssdMax, "ssd-cache-max", serve.DefaultSSDCacheMaxBytes, "bytes the SSD cache may hold (least recently used files go first)")
 	fl.IntVar(&f.ssdMinTokens, "ssd-cache-min-tokens", serve.DefaultSSDCacheMinTokens, "shortest prompt prefix the SSD cache keeps")
 	fl.BoolVar(&f.ssdVerify, "ssd-cache-verify", false, "checksum every SSD cache file at start (otherwise each is checked when used)")
+	fl.DurationVar(&f.responseTTL, "response-store-ttl", serve.DefaultResponseStoreTTL, "how long a stored /v1/responses response stays available to GET and previous_response_id")
+	fl.Int64Var(&f.responseBytes, "response-store-bytes", serve.DefaultResponseStoreBytes, "bytes of stored /v1/responses responses (oldest evicted first; 0: store none)")
+	fl.StringVar(&f.embedPooling, "embedding-pooling", "auto", "how /v1/embeddings pools hidden states: mean, last, or auto (the model's sentence-transformers pooling, else mean)")
+	fl.IntVar(&f.matryoshkaMin, "matryoshka-min-dims", 0, "let /v1/embeddings requests shorten vectors to as few as this many dimensions (for Matryoshka-trained models; 0: full width only)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", serve.DefaultShutdownTimeout, "on SIGTERM/SIGINT, how long running requests may go on before they are ended")
 	fl.IntVar(&f.chunk, "prefill-step-size", generate.DefaultPrefillChunkSize, "prompt tokens per forward pass during prefill")
 	fl.StringVar(&f.toolFormat, "tool-format", "", "tool-call syntax: hermes, gemma4 or llama3 (default: detected)")
@@ -137,6 +145,12 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	}
 	if f.maxConns <= 0 || f.maxHeaderBytes <= 0 || f.maxBodyBytes <= 0 {
 		return fmt.Errorf("%w: --max-connections, --max-header-bytes and --max-body-bytes must be positive", errUsage)
+	}
+	if p := f.embedPooling; p != "auto" && p != serve.PoolMean && p != serve.PoolLast {
+		return fmt.Errorf("%w: --embedding-pooling %q (want mean, last or auto)", errUsage, p)
+	}
+	if f.responseTTL <= 0 || f.responseBytes < 0 || f.matryoshkaMin < 0 {
+		return fmt.Errorf("%w: --response-store-ttl must be positive, --response-store-bytes and --matryoshka-min-dims ≥ 0", errUsage)
 	}
 	if f.batch < 1 || f.blockSize < 1 || f.kvBudget < 0 || f.shutdownTimeout <= 0 {
 		return fmt.Errorf("%w: --batch and --kv-block-size must be ≥ 1, --kv-budget ≥ 0 and --shutdown-timeout positive", errUsage)
@@ -210,6 +224,17 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 			return fmt.Errorf("fingerprinting the model for --ssd-cache: %w", err)
 		}
 	}
+	pooling := f.embedPooling
+	if pooling == "auto" {
+		if pooling, err = serve.LoadEmbeddingPooling(dir); err != nil {
+			log.Warn("embeddings fall back to mean pooling", "err", err)
+			pooling = ""
+		}
+	}
+	responseBytes := int(f.responseBytes)
+	if responseBytes == 0 {
+		responseBytes = -1
+	}
 	flagDefaults := serve.SamplingDefaults{Temperature: &f.temp, TopP: &f.topP, TopK: &f.topK, MinP: &f.minP}
 	cacheBytes := int(f.cacheBytes)
 	if cacheBytes == 0 {
@@ -225,6 +250,7 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 		MaxBodyBytes: f.maxBodyBytes, Batch: f.batch, KVBudgetBytes: int(f.kvBudget), BlockSize: f.blockSize,
 		ShutdownTimeout: f.shutdownTimeout, SSDCacheDir: f.ssdDir, SSDCacheMaxBytes: f.ssdMax, SSDCacheMinTokens: f.ssdMinTokens,
 		SSDCacheVerify: f.ssdVerify, ModelFingerprint: fp,
+		ResponseStoreTTL: f.responseTTL, ResponseStoreBytes: responseBytes, EmbeddingPooling: pooling, MatryoshkaMinDims: f.matryoshkaMin,
 	})
 	if err != nil {
 		return err

@@ -143,7 +143,8 @@ func TestServeFlags(t *testing.T) {
 	if defaultVerb != "serve" {
 		t.Errorf("default verb %q", defaultVerb)
 	}
-	for _, args := range [][]string{{"serve", "--port", "70000"}, {"serve", "--log-level", "LOUD"}, {"serve", "extra"}, {"serve", "--chat-template-args", "{"}} {
+	for _, args := range [][]string{{"serve", "--port", "70000"}, {"serve", "--log-level", "LOUD"}, {"serve", "extra"}, {"serve", "--chat-template-args", "{"},
+		{"serve", "--embedding-pooling", "cls"}, {"serve", "--response-store-ttl", "0s"}, {"serve", "--matryoshka-min-dims", "-1"}} {
 		if code, _, _ := run(t, args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}

@@ -279,4 +279,3 @@ func TestLoadEmbeddingPooling(t *testing.T) {
 		}
 	}
 }
-

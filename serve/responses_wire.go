@@ -143,11 +143,11 @@ type functionCallItem struct {
 
 // reasoningItem is the model's reasoning text of a response's output.
 type reasoningItem struct {
-	Type    string           `json:"type"` // "reasoning"
-	ID      string           `json:"id"`
+	Type    string            `json:"type"` // "reasoning"
+	ID      string            `json:"id"`
 	Summary []json.RawMessage `json:"summary"`
-	Content []*reasoningText `json:"content"`
-	Status  string           `json:"status,omitempty"`
+	Content []*reasoningText  `json:"content"`
+	Status  string            `json:"status,omitempty"`
 }
 
 // reasoningText is a reasoning item's text part.

@@ -1,8 +1,9 @@
 package cpu
 
-// hasAVX2 reports AVX2 and FMA (with the OS saving the YMM state): the
-// quantized matmul's AVX2 kernels (qmva_amd64.s) may run. Tests switch
-// it off to exercise the portable code.
+// hasAVX2 reports AVX2, FMA and F16C (with the OS saving the YMM state):
+// the quantized matmul's AVX2 kernels (qmva_amd64.s) and the 16-bit
+// float widening (cvt_avx2_amd64.s) may run. Tests switch it off to
+// exercise the portable code.
 var hasAVX2 = detectAVX2()
 
 func detectAVX2() bool {
@@ -11,8 +12,8 @@ func detectAVX2() bool {
 		return false
 	}
 	_, _, ecx1, _ := cpuid(1, 0)
-	const osxsave, avx, fma = 1 << 27, 1 << 28, 1 << 12
-	if ecx1&(osxsave|avx|fma) != osxsave|avx|fma {
+	const osxsave, avx, fma, f16c = 1 << 27, 1 << 28, 1 << 12, 1 << 29
+	if ecx1&(osxsave|avx|fma|f16c) != osxsave|avx|fma|f16c {
 		return false
 	}
 	if xcr0, _ := xgetbv(); xcr0&6 != 6 { // SSE and AVX state
@@ -22,6 +23,15 @@ func detectAVX2() bool {
 	const avx2 = 1 << 5
 	return ebx7&avx2 != 0
 }
+
+// cvtBF16ToF32Y and cvtF16ToF32Y widen len(dst) bfloat16 or float16
+// values with AVX2 (F16C), exactly as cvtBF16ToF32 and cvtF16ToF32 do.
+//
+//go:noescape
+func cvtBF16ToF32Y(dst []float32, src []uint16)
+
+//go:noescape
+func cvtF16ToF32Y(dst []float32, src []uint16)
 
 // qmvA4 and qmvA8 are the AVX2 quantized matmul kernels (qmva_amd64.s):
 // for nrows consecutive weight rows from w (ldw bytes apart; this chunk's

@@ -180,3 +180,29 @@ func checkQMVARows(t *testing.T, qmvA func(out, x []float32, rows int, w qmat)) 
 func f32Bytes(v []float32) []byte {
 	return bytes.Clone(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v)))
 }
+
+// TestToF32Widening holds the widening of every bfloat16 and float16 bit
+// pattern (vector paths and their scalar tails) to the scalar definitions:
+// equal bits, or NaN for NaN.
+func TestToF32Widening(t *testing.T) {
+	forEachKernel(t, func(t *testing.T) {
+		src := make([]uint16, 1<<16+5)
+		for i := range src {
+			src[i] = uint16(i)
+		}
+		b := unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), 2*len(src))
+		got := make([]float32, len(src))
+		for _, dt := range []tensor.DType{tensor.BFloat16, tensor.Float16} {
+			toF32(got, b, dt)
+			for i, h := range src {
+				want := math.Float32frombits(uint32(h) << 16)
+				if dt == tensor.Float16 {
+					want = tensor.F16ToF32(h)
+				}
+				if g := got[i]; math.Float32bits(g) != math.Float32bits(want) && !(g != g && want != want) {
+					t.Fatalf("%s %#04x: got %#08x, want %#08x", dt, h, math.Float32bits(g), math.Float32bits(want))
+				}
+			}
+		}
+	})
+}

@@ -27,8 +27,12 @@ func toF32(dst []float32, b []byte, dt tensor.DType) {
 		copy(dst, f32s(b))
 	case tensor.BFloat16:
 		u := u16s(b)[:len(dst)]
-		if hasAVX512 {
+		switch {
+		case hasAVX512:
 			cvtBF16ToF32(dst, u)
+			return
+		case hasAVX2:
+			cvtBF16ToF32Y(dst, u)
 			return
 		}
 		for i, h := range u {
@@ -36,8 +40,12 @@ func toF32(dst []float32, b []byte, dt tensor.DType) {
 		}
 	case tensor.Float16:
 		u := u16s(b)[:len(dst)]
-		if hasAVX512 {
+		switch {
+		case hasAVX512:
 			cvtF16ToF32(dst, u)
+			return
+		case hasAVX2:
+			cvtF16ToF32Y(dst, u)
 			return
 		}
 		for i, h := range u {

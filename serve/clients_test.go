@@ -79,6 +79,15 @@ func TestClientLibraries(t *testing.T) {
 			}
 		}
 	}
+	vecs, _ := embeddings(t, hs.URL, map[string]any{"input": []string{"Call me Ishmael.", "The whale"}})
+	var one []float64
+	var many [][]float64
+	if json.Unmarshal(out["aiEmbed"], &one) != nil || !reflect.DeepEqual(toF32(one), vecs[1]) {
+		t.Errorf("aiEmbed: %.80s", out["aiEmbed"])
+	}
+	if json.Unmarshal(out["aiEmbedMany"], &many) != nil || len(many) != 2 || !reflect.DeepEqual([][]float32{toF32(many[0]), toF32(many[1])}, vecs) {
+		t.Errorf("aiEmbedMany: %.80s", out["aiEmbedMany"])
+	}
 	if strings.Contains(string(raw), `"error"`) {
 		t.Errorf("a client step failed: %s", raw)
 	}

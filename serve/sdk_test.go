@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/sampler"
 )
 
@@ -148,6 +149,31 @@ func TestOfficialSDKs(t *testing.T) {
 		}
 		BadRequest map[string]any
 		N2         []int
+		Turn2Text  string
+		Responses  struct {
+			Text, Status string
+			Usage        map[string]any
+		}
+		ResponsesStream struct {
+			Text, Deltas, First, Last string
+			Events                    int
+		}
+		ResponsesChain struct {
+			Text   string
+			Prev   bool
+			Cached float64
+		}
+		ResponsesGet     string
+		ResponsesMissing map[string]any
+		ResponsesTool    struct {
+			Name, Text string
+			Args       map[string]any
+		}
+		Embeddings struct {
+			Base64 [][]float64
+			Float  []float64
+			Tokens int
+		}
 	}
 	if err := json.Unmarshal(raw, &out); err != nil {
 		t.Fatalf("node output %q: %v", raw, err)
@@ -206,4 +232,41 @@ func TestOfficialSDKs(t *testing.T) {
 	check("anthropic streamed tool input", out.AnthStreamTool.Input, map[string]any{"city": "Paris"})
 	check("n=2 choices", out.N2, []int{0, 1})
 	check("temperature 3 rejected", out.BadRequest, map[string]any{"status": float64(400), "param": "temperature"})
+
+	status := "completed"
+	if st.StopReason == generate.StopLength {
+		status = "incomplete"
+	}
+	check("responses text", out.Responses.Text, want)
+	check("responses status", out.Responses.Status, status)
+	check("responses usage", []any{out.Responses.Usage["input_tokens"], out.Responses.Usage["output_tokens"]}, []any{float64(st.PromptTokens), float64(st.GeneratedTokens)})
+	check("responses stream", []string{out.ResponsesStream.Text, out.ResponsesStream.Deltas, out.ResponsesStream.First, out.ResponsesStream.Last},
+		[]string{want, want, "response.created", "response." + status})
+	check("responses chained text", out.ResponsesChain.Text, out.Turn2Text)
+	if !out.ResponsesChain.Prev || out.ResponsesChain.Cached == 0 {
+		t.Errorf("chained response %+v", out.ResponsesChain)
+	}
+	check("responses retrieved", out.ResponsesGet, want)
+	check("responses unknown previous", out.ResponsesMissing, map[string]any{"status": float64(404), "param": "previous_response_id"})
+	check("responses tool call", out.ResponsesTool, struct {
+		Name, Text string
+		Args       map[string]any
+	}{"get_weather", "It is sunny in Paris.", map[string]any{"city": "Paris"}})
+	vecs, tokens := embeddings(t, hs.URL, map[string]any{"input": []string{prompt, "The whale"}})
+	check("embeddings tokens", out.Embeddings.Tokens, tokens)
+	if len(out.Embeddings.Base64) != 2 {
+		t.Fatalf("embeddings.create returned %d vectors for 2 inputs", len(out.Embeddings.Base64))
+	}
+	check("embeddings float", toF32(out.Embeddings.Float), vecs[0])
+	check("embeddings base64", [][]float32{toF32(out.Embeddings.Base64[0]), toF32(out.Embeddings.Base64[1])}, vecs)
+}
+
+// toF32 rounds a client's numbers to float32: the wire's float32 values,
+// printed shortest (JSON) or decoded exactly (base64), round back exactly.
+func toF32(v []float64) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = float32(x)
+	}
+	return out
 }

@@ -85,6 +85,9 @@ async function main() {
       tools: { get_weather: ai.tool({ description: weather.description, inputSchema: weather.schema }) } });
     return r.toolCalls.map(c => ({ name: c.toolName, args: c.input }));
   });
+  // Vercel AI SDK embeddings through the same provider.
+  await step(out, 'aiEmbed', async () => (await ai.embed({ model: prov.textEmbeddingModel('mlxgo-demo'), value: 'The whale', maxRetries: 0 })).embedding);
+  await step(out, 'aiEmbedMany', async () => (await ai.embedMany({ model: prov.textEmbeddingModel('mlxgo-demo'), values: ['Call me Ishmael.', 'The whale'], maxRetries: 0 })).embeddings);
   console.log(JSON.stringify(out));
 }
 

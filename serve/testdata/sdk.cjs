@@ -37,6 +37,7 @@ async function main() {
   const t2 = await c.chat.completions.create({ ...greedy, max_tokens: 8,
     messages: [...msgs, { role: 'assistant', content: r.choices[0].message.content }, { role: 'user', content: 'And then?' }] });
   out.turn2 = t2.usage;
+  out.turn2Text = t2.choices[0].message.content;
 
 
   const sr = await c.chat.completions.create({ ...greedy, stop: [stop] });
@@ -92,6 +93,41 @@ async function main() {
   const f3 = await b3.finalMessage();
   const tu3 = f3.content.find(b => b.type === 'tool_use');
   out.anthStreamTool = { stop: f3.stop_reason, name: tu3 && tu3.name, input: tu3 && tu3.input };
+
+  // The Responses API: plain, streamed, chained with previous_response_id,
+  // retrieved; a function call and its output on the scripted model.
+  const rsp = await c.responses.create({ model: 'mlxgo-demo', input: prompt, max_output_tokens: 24, temperature: 0 });
+  out.responses = { text: rsp.output_text, status: rsp.status, usage: rsp.usage };
+  const rst = c.responses.stream({ model: 'mlxgo-demo', input: prompt, max_output_tokens: 24, temperature: 0 });
+  let rdeltas = '';
+  const rtypes = [];
+  rst.on('event', (e) => rtypes.push(e.type));
+  rst.on('response.output_text.delta', (e) => { rdeltas += e.delta; });
+  const rfin = await rst.finalResponse();
+  out.responsesStream = { text: rfin.output_text, deltas: rdeltas, first: rtypes[0], last: rtypes[rtypes.length - 1], events: rtypes.length };
+  const rc = await c.responses.create({ model: 'mlxgo-demo', input: 'And then?', previous_response_id: rsp.id, max_output_tokens: 8, temperature: 0 });
+  out.responsesChain = { text: rc.output_text, prev: rc.previous_response_id === rsp.id, cached: rc.usage.input_tokens_details.cached_tokens };
+  const rg = await c.responses.retrieve(rsp.id);
+  out.responsesGet = rg.output_text;
+  try {
+    await c.responses.create({ model: 'mlxgo-demo', input: 'x', previous_response_id: 'resp_missing' });
+    out.responsesMissing = 'accepted';
+  } catch (e) {
+    out.responsesMissing = { status: e.status, param: e.param };
+  }
+  const rtools = [{ type: 'function', name: 'get_weather', description: 'Weather in a city',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } }];
+  const rt1 = await cs.responses.create({ model: 'scripted', input: 'What is the weather in Paris?', tools: rtools });
+  const rcall = rt1.output.find(i => i.type === 'function_call');
+  const rt2 = await cs.responses.create({ model: 'scripted', previous_response_id: rt1.id, tools: rtools,
+    input: [{ type: 'function_call_output', call_id: rcall.call_id, output: 'sunny, 24C' }] });
+  out.responsesTool = { name: rcall.name, args: JSON.parse(rcall.arguments), text: rt2.output_text };
+
+  // Embeddings: the SDK asks for base64 and decodes it when no format is
+  // given; float as asked.
+  const eb = await c.embeddings.create({ model: 'mlxgo-demo', input: [prompt, 'The whale'] });
+  const ef = await c.embeddings.create({ model: 'mlxgo-demo', input: prompt, encoding_format: 'float' });
+  out.embeddings = { base64: eb.data.map(d => Array.from(d.embedding)), float: ef.data[0].embedding, tokens: eb.usage.prompt_tokens };
 
   const n2 = await c.chat.completions.create({ ...greedy, max_tokens: 4, n: 2 });
   out.n2 = n2.choices.map(ch => ch.index);

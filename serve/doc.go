@@ -2,7 +2,8 @@
 //
 // A Server serves one model (a generate.Model with its tokenizer and chat
 // template) on POST /v1/chat/completions, /v1/completions and /v1/messages
-// (Anthropic, with /v1/messages/count_tokens), GET /v1/models (in
+// (Anthropic, with /v1/messages/count_tokens), /v1/responses and
+// /v1/embeddings, GET and DELETE /v1/responses/{id}, GET /v1/models (in
 // Anthropic's shape for Anthropic clients), /v1/models/{id}, /health,
 // /stats and /metrics, as a drop-in for
 // mlx_lm.server. One engine goroutine owns the model and runs requests one
@@ -32,6 +33,40 @@
 // an allowed tool whose arguments are valid against its schema
 // (grammar.TaggedSchemaGrammar); parallel_tool_calls false keeps one.
 // n > 1 runs the choices one after another (not through generate.Batch).
+//
+// POST /v1/responses is OpenAI's Responses API over the chat route's
+// machinery: input (a string, or message, function_call,
+// function_call_output and reasoning items) and instructions become chat
+// messages; function tools, tool_choice (enforced the same way),
+// parallel_tool_calls, max_output_tokens, temperature/top_p and
+// text.format (json_object, json_schema: the response_format compiler)
+// map to their chat members, and errors name the Responses members. The
+// reply is laid out as reasoning, message and function_call items;
+// stream: true sends the Responses events (response.created,
+// response.in_progress, output_item.added, content_part.added,
+// output_text.delta/done or reasoning_text.delta/done,
+// function_call_arguments.delta/done, content_part.done,
+// output_item.done, then response.completed, or response.incomplete when
+// max_output_tokens cut it), each with its sequence_number. Finished
+// responses are kept, unless store is false, in a bounded in-memory store
+// (ResponseStoreTTL, ResponseStoreBytes; the oldest go first) for GET
+// /v1/responses/{id} and previous_response_id, which continues the stored
+// conversation (instructions are not carried over); an unknown or expired
+// id is a 404. background, conversation, prompt, reasoning, include and
+// truncation other than disabled are refused by name.
+//
+// POST /v1/embeddings embeds a string, a list of strings, token ids or a
+// list of id lists (at most 128 inputs, 8,192 tokens each and 65,536 in
+// all) with the served model: each input runs alone through the model on
+// the engine goroutine (a job whose fn does the forward passes with fresh
+// caches in prefill-sized chunks, between generation steps, never beside
+// them), and its final hidden states (after the final norm, before the
+// logits) are pooled (EmbeddingPooling: the mean over every token the
+// tokenizer produced by default, the last token's state for models
+// trained that way, read from a sentence-transformers pooling config) and
+// L2-normalized. encoding_format base64 carries little-endian float32;
+// dimensions shorter than the width truncate and renormalize, for
+// Matryoshka-trained models only (MatryoshkaMinDims).
 //
 // Every request first passes guard: the Host allow-list (LoopbackHosts on
 // loopback binds, against DNS rebinding), CORS (AllowedOrigins, none by

@@ -468,3 +468,92 @@ func TestSpecSamplingDistribution(t *testing.T) {
 		t.Errorf("%d drafted, %d accepted at position 0 (expected about 21%%)", drafted, accepted)
 	}
 }
+
+// TestSpecQuantizedKV: with KV caches quantized from the first token
+// (affine 8 and 4 bits, TurboQuant), greedy speculative decoding still
+// gives plain decoding's tokens: quantized caches trim like plain ones.
+// (When quantization starts mid-generation, a round that crosses the
+// start attends to its own tokens before they are quantized, where plain
+// decoding attends to them after: near-ties can then differ.)
+func TestSpecQuantizedKV(t *testing.T) {
+	t.Cleanup(tensortest.NoLeaks(t))
+	m := loadModel(t, writeRandomLlama(t, 64, 3, nil), nil)
+	d := loadModel(t, writeRandomLlama(t, 64, 1, nil), nil)
+	prompt := []int32{5, 9, 33, 7, 100, 5, 9, 33, 7, 1, 2, 3, 5, 9, 33}
+	for _, o := range []generate.Options{{KVBits: 8}, {KVBits: 4}, {KVQuant: &kv.TurboSpec{KeyBits: 4, ValueBits: 4}}} {
+		o.MaxTokens = 40
+		want, _, err := collect(t, m, prompt, &o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sp := range []*generate.Speculation{{Lookup: true, NumDraft: 5}, {Draft: d, NumDraft: 3}} {
+			o2 := o
+			o2.Speculation = sp
+			got, st, err := collect(t, m, prompt, &o2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("KV bits %d, turbo %v: differs at %d", o.KVBits, o.KVQuant != nil, firstDiff(got, want))
+			}
+			if st.Speculation.Rejected == 0 {
+				t.Errorf("KV bits %d: nothing rejected, so nothing trimmed", o.KVBits)
+			}
+		}
+	}
+}
+
+// TestSpecEarlyExit: leaving the loop in the middle of a round's tokens,
+// or cancelling the context, ends the stream cleanly (nothing leaks, the
+// stop reason says why, and CacheTokens still name what the caches hold).
+func TestSpecEarlyExit(t *testing.T) {
+	t.Cleanup(tensortest.NoLeaks(t))
+	g := readGolden(t, "gemma4_dense")
+	m := loadModel(t, filepath.Join(fixtures, "gemma4_dense", "f32"), nil)
+	d := loadModel(t, filepath.Join(fixtures, "gemma4_dense", "bf16"), nil)
+	prompt := repetitive(g.Prompt)
+	for _, stopAt := range []int{1, 2, 5} {
+		s, err := generate.Generate(context.Background(), m, prompt, &generate.Options{MaxTokens: 30, Speculation: &generate.Speculation{Draft: d, NumDraft: 4}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, err := range s.Tokens() {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n++; n == stopAt {
+				break
+			}
+		}
+		st := s.Stats()
+		if st.StopReason != generate.StopConsumer || st.GeneratedTokens != stopAt {
+			t.Errorf("break after %d: %s, %d generated", stopAt, st.StopReason, st.GeneratedTokens)
+		}
+		if off := s.Caches()[1].Offset(); off != len(st.CacheTokens) {
+			t.Errorf("break after %d: caches hold %d tokens, CacheTokens %d", stopAt, off, len(st.CacheTokens))
+		}
+		s.Close()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := generate.Generate(ctx, m, prompt, &generate.Options{MaxTokens: 30, Speculation: &generate.Speculation{Lookup: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var last error
+	n := 0
+	for _, err := range s.Tokens() {
+		if err != nil {
+			last = err
+			break
+		}
+		if n++; n == 3 {
+			cancel()
+		}
+	}
+	if last == nil || s.Stats().StopReason != generate.StopCancelled {
+		t.Errorf("cancelled: %v, %s", last, s.Stats().StopReason)
+	}
+}

@@ -59,12 +59,6 @@ func qmvA(out, x []float32, rows int, w qmat) {
 	ngp := 8 * nbv
 	cpg := gs / 32
 	wb := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w.words))), len(w.words)*4)
-	buf := qmvaPool.get(rows*k + rows*ngp)
-	defer qmvaPool.put(buf)
-	xl, gx := (*buf)[:rows*k], (*buf)[rows*k:]
-	for m := range rows {
-		prepQMVA(xl[m*k:(m+1)*k], gx[m*ngp:(m+1)*ngp], x[m*k:(m+1)*k], gs, w.bits)
-	}
 	kern := qmvA4
 	if w.bits == 8 {
 		kern = qmvA8
@@ -72,6 +66,13 @@ func qmvA(out, x []float32, rows int, w qmat) {
 	// passes of at most qmvaMaxRows x rows, sizes as even as possible
 	passes := (rows + qmvaMaxRows - 1) / qmvaMaxRows
 	nxMax := (rows + passes - 1) / passes
+	ldx := xStride(k, nxMax)
+	buf := qmvaPool.get(rows*ldx + rows*ngp)
+	defer qmvaPool.put(buf)
+	xl, gx := (*buf)[:rows*ldx], (*buf)[rows*ldx:]
+	for m := range rows {
+		prepQMVA(xl[m*ldx:m*ldx+k], gx[m*ngp:(m+1)*ngp], x[m*k:(m+1)*k], gs, w.bits)
+	}
 	// K chunks of whole groups, so that a pass's x chunk stays in L1
 	cg := max(1, qmvaChunkBytes/(4*gs*nxMax))
 	chunked := cg < ng
@@ -110,7 +111,7 @@ func qmvA(out, x []float32, rows int, w qmat) {
 					if c1 == ng {
 						flags |= 2
 					}
-					kern(&wb[b0*bpr+c0*gs*w.bits/8], bpr, &xl[m0*k+c0*gs], 4*k, c1-c0, cpg,
+					kern(&wb[b0*bpr+c0*gs*w.bits/8], bpr, &xl[m0*ldx+c0*gs], 4*ldx, c1-c0, cpg,
 						&sv[c0], 4*ng, &bp[0], 4*ngp, nbv, &gx[m0*ngp], 4*ngp,
 						&acc[0], &out[m0*n+b0], 4*n, b1-b0, pfd, flags, nx)
 				}
@@ -118,6 +119,20 @@ func qmvA(out, x []float32, rows int, w qmat) {
 			}
 		}
 	})
+}
+
+// xStride is how many floats apart qmvA and qmvZ lay the x rows of a
+// pass of rows rows out: k rounded up so that consecutive rows start
+// 64/rows cache lines apart modulo 64 lines (4 KiB). Rows a multiple of
+// 4 KiB apart would put the same offset of every row in one L1 set, more
+// lines than the set has ways once a pass has 8 or more rows.
+func xStride(k, rows int) int {
+	lines := (4*k + 63) / 64
+	if rows <= 1 {
+		return 16 * lines
+	}
+	shift := max(1, 64/rows)
+	return 16 * (lines + ((shift-lines)%64+64)%64)
 }
 
 // prepQMVA lays one x row out for the kernels and fills its group sums

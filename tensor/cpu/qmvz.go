@@ -46,12 +46,6 @@ func qmvZ(out, x []float32, rows int, w qmat) {
 	nbv := (ng + 15) / 16
 	ngp := 16 * nbv
 	wb := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w.words))), len(w.words)*4)
-	buf := qmvaPool.get(rows*k + rows*ngp)
-	defer qmvaPool.put(buf)
-	xl, gx := (*buf)[:rows*k], (*buf)[rows*k:]
-	for m := range rows {
-		prepQMVZ(xl[m*k:(m+1)*k], gx[m*ngp:(m+1)*ngp], x[m*k:(m+1)*k], gs, w.bits)
-	}
 	// an iteration is a group of gs/64 blocks, or for gs 32 one block of
 	// two groups
 	gpi, cpi := 1, gs/64
@@ -62,6 +56,13 @@ func qmvZ(out, x []float32, rows int, w qmat) {
 	nit := ng / gpi
 	passes := (rows + qmvzMaxRows - 1) / qmvzMaxRows
 	nxMax := (rows + passes - 1) / passes
+	ldx := xStride(k, nxMax)
+	buf := qmvaPool.get(rows*ldx + rows*ngp)
+	defer qmvaPool.put(buf)
+	xl, gx := (*buf)[:rows*ldx], (*buf)[rows*ldx:]
+	for m := range rows {
+		prepQMVZ(xl[m*ldx:m*ldx+k], gx[m*ngp:(m+1)*ngp], x[m*k:(m+1)*k], gs, w.bits)
+	}
 	// K chunks of whole iterations, so that a pass's x chunk stays in L1
 	ci := max(1, qmvaChunkBytes*2/(4*gs*gpi*nxMax))
 	chunked := ci < nit
@@ -98,7 +99,7 @@ func qmvZ(out, x []float32, rows int, w qmat) {
 						flags |= 2
 					}
 					c0 := i0 * gpi * gs // first code of the chunk
-					kern(&wb[b0*bpr+c0*w.bits/8], bpr, &xl[m0*k+c0], 4*k, i1-i0, cpi,
+					kern(&wb[b0*bpr+c0*w.bits/8], bpr, &xl[m0*ldx+c0], 4*ldx, i1-i0, cpi,
 						&sv[i0*gpi], 4*ng, &bp[0], 4*ngp, nbv, &gx[m0*ngp], 4*ngp,
 						&acc[0], &out[m0*n+b0], 4*n, b1-b0, pfd, flags, nx)
 				}

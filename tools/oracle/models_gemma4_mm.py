@@ -30,6 +30,15 @@ Run where torch and transformers (5.x) are installed:
     PYTHONUNBUFFERED=1 python3 tools/oracle/models_gemma4_mm.py OUTDIR
 
 Reruns with the same transformers give the same files (fixed seeds, CPU).
+
+Note: the model runs with eager attention, and in transformers 5.17 the
+audio tower's mask reaches Gemma4AudioAttention as eager's float mask
+(0 allowed, min masked), which its masked_fill(mask.logical_not(), ...)
+reads inverted: under eager each audio frame attends to the frames the
+mask excludes. The audio goldens (aud_*, and the audio and both prompts'
+logits and greedy ids) carry that; mlxgo's tower implements the mask as
+meant (sdpa's boolean reading), and its tests reproduce the eager reading
+only to compare with these goldens (model/gemma4_audio_test.go).
 """
 
 import io

@@ -65,6 +65,11 @@ type Speculation struct {
 	// NgramMin and NgramMax bound the n-gram prompt lookup matches
 	// (0: DefaultNgramMin, DefaultNgramMax).
 	NgramMin, NgramMax int
+	// Auto chooses γ each round, up to NumDraft (0: DefaultAutoMaxDraft),
+	// to maximise the tokens per second it expects from the acceptance
+	// and the target's and draft's forward times measured so far (see
+	// autoGamma); 0 drafts (plain decoding) is one of the choices.
+	Auto bool
 	// Exact keeps exact-match acceptance at temperature > 0 (the target's
 	// own draw must equal the draft): lossless and, with a seed, the same
 	// tokens as without speculation, but it accepts less.
@@ -194,6 +199,8 @@ func checkSpec(o *Options, m Model) error {
 // numDraft is γ for the request.
 func numDraft(sp *Speculation) int {
 	switch {
+	case sp.Auto && sp.NumDraft == 0:
+		return DefaultAutoMaxDraft
 	case sp.NumDraft > 0:
 		return sp.NumDraft
 	case sp.Draft == nil && sp.Lookup && sp.Drafter == nil:
@@ -222,6 +229,7 @@ type specRun struct {
 	sampling bool // speculative sampling (temperature > 0, !Exact)
 	drafter  Drafter
 	rnd      *SpecRand
+	auto     *autoGamma // nil: γ fixed
 	snap     cacheSnap
 	st       SpecStats
 }
@@ -238,6 +246,9 @@ func (s *Stream) runSpec(yield func(Token, error) bool) error {
 	}
 	r := &specRun{gamma: numDraft(sp), drafter: d, rnd: &SpecRand{smp: q.smp}}
 	r.sampling = q.o.Sampler.Temperature > 0 && !sp.Exact
+	if sp.Auto {
+		r.auto = newAutoGamma(r.gamma)
+	}
 	r.st.NumDraft = r.gamma
 	r.st.AcceptanceLengths = make([]int, r.gamma+1)
 	r.st.DraftedByPos = make([]int, r.gamma)
@@ -255,6 +266,9 @@ func (s *Stream) runSpec(yield func(Token, error) bool) error {
 			return s.ctx.Err()
 		}
 		k := r.gamma
+		if r.auto != nil {
+			k = r.auto.pick(len(in))
+		}
 		if room := q.room(q.n); room >= 0 {
 			k = min(k, room-1)
 		}
@@ -262,6 +276,7 @@ func (s *Stream) runSpec(yield func(Token, error) bool) error {
 			k = 0
 		}
 		var dr Draft
+		t0 := time.Now()
 		if k > 0 {
 			var rnd *SpecRand
 			if r.sampling {
@@ -282,10 +297,12 @@ func (s *Stream) runSpec(yield func(Token, error) bool) error {
 		drafts := dr.Tokens
 		feed := append(slices.Clone(in), drafts...)
 		r.snap.take(s.caches, len(feed))
+		t1 := time.Now()
 		rows, err := s.verifyLogits(feed, len(drafts)+1)
 		if err != nil {
 			return err
 		}
+		t2 := time.Now()
 		q.fed(feed...)
 		q.stats.DecodeSteps++
 		r.st.TargetCalls++
@@ -295,6 +312,9 @@ func (s *Stream) runSpec(yield func(Token, error) bool) error {
 			return err
 		}
 		q.noteRead(time.Now())
+		if r.auto != nil {
+			r.auto.observe(len(drafts), accepted, len(feed), t2.Sub(t1).Seconds(), t1.Sub(t0).Seconds())
+		}
 		if len(drafts) > 0 {
 			r.st.Rounds++
 			r.st.Drafted += len(drafts)

@@ -136,3 +136,44 @@ func slicesEqual(a, b []int32) bool {
 	}
 	return true
 }
+
+// TestAutoGamma: the adaptive choice drafts long when drafts are accepted
+// and the target's cost grows slowly with the tokens it is fed, short or
+// not at all when they are rejected or drafting is dear, and probes one
+// draft now and then when it has stopped drafting.
+func TestAutoGamma(t *testing.T) {
+	feed := func(a *autoGamma, accept float64, perTok, draft float64) {
+		// forward costs measured at 1..4 fed tokens: 1 + perTok·(n−1)
+		for n := 1; n <= 4; n++ {
+			a.observe(0, 0, n, 1+perTok*float64(n-1), 0)
+		}
+		for range 60 { // rounds of 4 drafts, accepted at rate accept
+			acc := int(accept*4 + 0.5)
+			a.observe(4, acc, 5, 1+perTok*4, 4*draft)
+		}
+	}
+	a := newAutoGamma(8)
+	feed(a, 1, 0.02, 0)
+	if g := a.pick(1); g < 6 {
+		t.Errorf("all accepted, cheap verification and drafts: γ %d, want ≥ 6", g)
+	}
+	b := newAutoGamma(8)
+	feed(b, 0, 0.05, 0.3)
+	zeros := 0
+	for range 16 {
+		if b.pick(1) == 0 {
+			zeros++
+		}
+	}
+	if zeros != 14 {
+		t.Errorf("nothing accepted: %d of 16 rounds without drafts, want 14 (two probes)", zeros)
+	}
+	c := newAutoGamma(8)
+	feed(c, 0.5, 0.1, 0.05)
+	if g := c.pick(1); g < 1 || g > 3 {
+		t.Errorf("half accepted: γ %d, want 1…3", g)
+	}
+	if e := expectedTokens(0.5, 2); math.Abs(e-1.75) > 1e-12 {
+		t.Errorf("E(0.5, 2) = %v, want 1.75", e)
+	}
+}

@@ -67,6 +67,11 @@ func TestSpecGreedyIdentical(t *testing.T) {
 				cases = append(cases, specCase{"stranger-4", func(*testing.T) *generate.Speculation {
 					return &generate.Speculation{Draft: stranger, NumDraft: 4}
 				}})
+				cases = append(cases, specCase{"twin-auto", func(*testing.T) *generate.Speculation {
+					return &generate.Speculation{Draft: twin, Auto: true}
+				}}, specCase{"lookup-auto", func(*testing.T) *generate.Speculation {
+					return &generate.Speculation{Lookup: true, Auto: true, NumDraft: 6}
+				}})
 				for _, c := range cases {
 					got, st, err := collect(t, m, prompt, &generate.Options{MaxTokens: n, Speculation: c.sp(t)})
 					if err != nil {

@@ -8,11 +8,13 @@ import (
 )
 
 // DefaultBlockSize is the number of token slots in a pool block when the
-// configuration names none. It is provisional: 16 is vLLM's default and
-// keeps the partial last block (the memory a sequence wastes) small; the
-// final value waits for the paged attention kernel's measurement of block
-// sizes 16 to 256 (per-block overhead of the kernel and of block-table
-// gathers against the waste of a half-empty last block).
+// configuration names none. Chosen by measurement: decode attention over
+// paged KV ran within noise of contiguous KV at every block size from 16
+// to 256 (BENCHMARKS.md, 1k/8k/32k context), so the size is decided by
+// what a small block saves: the partial last block a sequence wastes, and
+// the granularity of prefix sharing (a later request reuses whole blocks:
+// at 16, all but at most 15 tokens of a shared prefix). vLLM's default is
+// 16 for the same reasons.
 const DefaultBlockSize = 16
 
 // initialBlocks is how many blocks a layer's storage starts with when the

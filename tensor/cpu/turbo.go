@@ -332,21 +332,55 @@ func turboKeyCodes(kc, ks []float32, row []byte, bits, g int) {
 	}
 }
 
-// turboValueRow decodes a value row in the rotated domain: level·σ.
+// turboValueRow decodes a value row in the rotated domain: level·σ, by a
+// per-group table of the scaled levels for widths under 5 bits.
 func turboValueRow(vr []float32, row []byte, bits, g int, levels []float32) {
 	d := len(vr)
 	meta := row[d*bits/8:]
+	var tab [256]float32
 	var c [8]uint8
 	for gi := range d / g {
 		sigma := tensor.F16ToF32(uint16(meta[2*gi]) | uint16(meta[2*gi+1])<<8)
-		for i := gi * g; i < (gi+1)*g; i += 8 {
-			if bits == 8 {
-				copy(c[:], row[i:i+8])
-			} else {
-				turboUnpack8(&c, row[i/8*bits:], bits)
+		out := vr[gi*g : (gi+1)*g]
+		src := row[gi*g*bits/8:]
+		switch bits {
+		case 3:
+			for k, l := range levels[:8] {
+				tab[k] = l * sigma
 			}
-			for k, v := range c {
-				vr[i+k] = levels[v] * sigma
+			for i := 0; i+8 <= len(out); i += 8 {
+				b := src[i/8*3:]
+				w := uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16
+				o := out[i : i+8]
+				o[0], o[1], o[2], o[3] = tab[w&7], tab[w>>3&7], tab[w>>6&7], tab[w>>9&7]
+				o[4], o[5], o[6], o[7] = tab[w>>12&7], tab[w>>15&7], tab[w>>18&7], tab[w>>21&7]
+			}
+		case 2:
+			for k, l := range levels[:4] {
+				tab[k] = l * sigma
+			}
+			for i := 0; i+4 <= len(out); i += 4 {
+				w := src[i/4]
+				out[i], out[i+1], out[i+2], out[i+3] = tab[w&3], tab[w>>2&3], tab[w>>4&3], tab[w>>6]
+			}
+		case 4:
+			for k, l := range levels[:16] {
+				tab[k] = l * sigma
+			}
+			for i := 0; i+2 <= len(out); i += 2 {
+				w := src[i/2]
+				out[i], out[i+1] = tab[w&15], tab[w>>4]
+			}
+		default:
+			for i := 0; i < len(out); i += 8 {
+				if bits == 8 {
+					copy(c[:], src[i:i+8])
+				} else {
+					turboUnpack8(&c, src[i/8*bits:], bits)
+				}
+				for k, v := range c {
+					out[i+k] = levels[v] * sigma
+				}
 			}
 		}
 	}

@@ -3,7 +3,6 @@ package kv
 import (
 	"fmt"
 	"math"
-	"math/bits"
 	"strconv"
 	"strings"
 	"sync"
@@ -271,15 +270,15 @@ func fwht(y []float64) {
 
 // turboScratch holds one vector's temporaries.
 type turboScratch struct {
-	y     []float64
-	codes []int32
+	y, res []float64
+	codes  []int32
 }
 
 func (s *turboScratch) size(d int) {
 	if cap(s.y) < d {
-		s.y, s.codes = make([]float64, d), make([]int32, d)
+		s.y, s.res, s.codes = make([]float64, d), make([]float64, d), make([]int32, d)
 	}
-	s.y, s.codes = s.y[:d], s.codes[:d]
+	s.y, s.res, s.codes = s.y[:d], s.res[:d], s.codes[:d]
 }
 
 // encodeKey writes one key vector x (len d, a multiple of TurboGroup) as
@@ -432,9 +431,6 @@ func unrotate(y []float64) {
 	}
 }
 
-// isPow2 reports whether d is a power of two.
-func isPow2(d int) bool { return d > 0 && bits.OnesCount(uint(d)) == 1 }
-
 // ---- the QJL key variant ----
 
 // qjlMatrices are the fixed Gaussian sketch matrices S (d×d, row-major)
@@ -489,7 +485,7 @@ func encodeKeyQJL(dst []byte, x []float32, b int, s *turboScratch) {
 	bk := turboBooks[b-1]
 	nc := d * (b - 1) / 8
 	meta := dst[nc:]
-	res := make([]float64, d)
+	res := s.res
 	for g := 0; g < d; g += TurboGroup {
 		ss := 0.0
 		for _, a := range y[g : g+TurboGroup] {

@@ -82,21 +82,7 @@ func LoadGemma4Media(dir string, opts *LoadOptions) (*Gemma4Media, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model: %s: %w", dir, err)
 	}
-	var pad struct {
-		Pad *int32 `json:"pad_token_id"`
-	}
-	if present(mc.Text) {
-		_ = json.Unmarshal(mc.Text, &pad)
-	}
-	tok := Gemma4Tokens{Image: 258880, BOI: 255999, EOI: 258882, Audio: 258881, BOA: 256000, EOA: 258883}
-	for _, f := range []struct {
-		dst *int32
-		src *int32
-	}{{&tok.Image, mc.Image}, {&tok.BOI, mc.BOI}, {&tok.EOI, mc.EOI}, {&tok.Audio, mc.AudioT}, {&tok.BOA, mc.BOA}, {&tok.EOA, mc.EOAIdx}, {&tok.EOA, mc.EOA}, {&tok.Pad, pad.Pad}} {
-		if f.src != nil {
-			*f.dst = *f.src
-		}
-	}
+	tok := gemma4TokensOf(&mc)
 	set, err := safetensors.OpenDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("model: %w: %w", ErrCheckpoint, err)
@@ -356,4 +342,225 @@ func (mm *mediaModel) Forward(ids *tensor.Array, caches []kv.Cache, opts *Forwar
 	}
 	defer tensor.Free(o.Embeddings, o.EmbedMask, ids2)
 	return mm.Model.Forward(ids2, caches, &o)
+}
+
+// MediaKind is an input medium's kind.
+type MediaKind int
+
+// Media kinds.
+const (
+	MediaImage MediaKind = iota
+	MediaAudio
+)
+
+func (k MediaKind) String() string {
+	if k == MediaAudio {
+		return "audio"
+	}
+	return "image"
+}
+
+// Medium is an encoded image or audio clip: its soft-token embeddings in
+// the text model's space [Tokens, D].
+type Medium struct {
+	Kind   MediaKind
+	Embeds *tensor.Array
+	Tokens int
+}
+
+// Free releases the embeddings.
+func (m *Medium) Free() {
+	if m != nil && m.Embeds != nil {
+		m.Embeds.Free()
+		m.Embeds = nil
+	}
+}
+
+// ReadGemma4Tokens reads the multimodal special tokens from dir's
+// config.json (Gemma 4's defaults where it names none).
+func ReadGemma4Tokens(dir string) (Gemma4Tokens, error) {
+	cfg, err := ReadConfig(dir)
+	if err != nil {
+		return Gemma4Tokens{}, err
+	}
+	var mc gemma4MMConfig
+	if err := cfg.Decode(&mc); err != nil {
+		return Gemma4Tokens{}, err
+	}
+	return gemma4TokensOf(&mc), nil
+}
+
+func gemma4TokensOf(mc *gemma4MMConfig) Gemma4Tokens {
+	var pad struct {
+		Pad *int32 `json:"pad_token_id"`
+	}
+	if present(mc.Text) {
+		_ = json.Unmarshal(mc.Text, &pad)
+	}
+	tok := Gemma4Tokens{Image: 258880, BOI: 255999, EOI: 258882, Audio: 258881, BOA: 256000, EOA: 258883}
+	for _, f := range []struct {
+		dst *int32
+		src *int32
+	}{{&tok.Image, mc.Image}, {&tok.BOI, mc.BOI}, {&tok.EOI, mc.EOI}, {&tok.Audio, mc.AudioT}, {&tok.BOA, mc.BOA}, {&tok.EOA, mc.EOAIdx}, {&tok.EOA, mc.EOA}, {&tok.Pad, pad.Pad}} {
+		if f.src != nil {
+			*f.dst = *f.src
+		}
+	}
+	return tok
+}
+
+// EncodeImage decodes an image file (PNG, JPEG, GIF), preprocesses it as
+// Gemma4ImageProcessor does and runs the vision tower and projection.
+// Errors wrap media.ErrUnsupported, media.ErrCorrupt, media.ErrTooLarge
+// (bad input) or ErrNoMedia (no vision tower).
+func (m *Gemma4Media) EncodeImage(data []byte) (*Medium, error) {
+	if m.Vision == nil {
+		return nil, fmt.Errorf("%w: this model has no vision tower", ErrNoMedia)
+	}
+	rgb, err := media.DecodeImage(data)
+	if err != nil {
+		return nil, err
+	}
+	img, err := media.Gemma4Preprocess(rgb, m.ImageConfig)
+	if err != nil {
+		return nil, err
+	}
+	tower, err := m.Vision.Tower(img)
+	if err != nil {
+		return nil, err
+	}
+	defer tower.Free()
+	emb, err := m.Vision.Project(tower)
+	if err != nil {
+		return nil, err
+	}
+	tensor.Detach(emb)
+	return &Medium{Kind: MediaImage, Embeds: emb, Tokens: emb.Dim(0)}, nil
+}
+
+// EncodeAudio decodes a WAV file, resamples it to the feature extractor's
+// rate, computes its log-mel features (30 s at most) and runs the audio
+// tower and projection; the soft tokens are capped at AudioMaxTokens.
+func (m *Gemma4Media) EncodeAudio(data []byte) (*Medium, error) {
+	if m.Audio == nil {
+		return nil, fmt.Errorf("%w: this model has no audio tower", ErrNoMedia)
+	}
+	a, err := media.DecodeWAV(data)
+	if err != nil {
+		return nil, err
+	}
+	f, err := media.Gemma4LogMel(media.Resample(a, m.AudioConfig.SamplingRate).Samples, m.AudioConfig)
+	if err != nil {
+		return nil, err
+	}
+	tower, err := m.Audio.Tower(f)
+	if err != nil {
+		return nil, err
+	}
+	defer tower.Free()
+	emb, err := m.Audio.Project(tower)
+	if err != nil {
+		return nil, err
+	}
+	if n := emb.Dim(0); n > m.AudioMaxTokens && m.AudioMaxTokens > 0 {
+		cut := tensor.SliceAxis(emb, 0, 0, m.AudioMaxTokens)
+		tensor.Detach(cut)
+		emb.Free()
+		emb = cut
+	}
+	tensor.Detach(emb)
+	return &Medium{Kind: MediaAudio, Embeds: emb, Tokens: emb.Dim(0)}, nil
+}
+
+// Encode encodes one medium of the given kind.
+func (m *Gemma4Media) Encode(kind MediaKind, data []byte) (*Medium, error) {
+	if kind == MediaAudio {
+		return m.EncodeAudio(data)
+	}
+	return m.EncodeImage(data)
+}
+
+func (t Gemma4Tokens) placeholder(k MediaKind) (open, ph, end int32) {
+	if k == MediaAudio {
+		return t.BOA, t.Audio, t.EOA
+	}
+	return t.BOI, t.Image, t.EOI
+}
+
+// Expand replaces each placeholder token of ids (the image or audio
+// token, as a chat template or a prompt writes it) with the next
+// medium's run, as Gemma4Processor does: begin token, Tokens soft-token
+// placeholders, end token. Placeholders take media in order and must
+// agree in kind and number. It returns the expanded ids and where each
+// medium's rows start.
+func (t Gemma4Tokens) Expand(ids []int32, media []*Medium) ([]int32, []MediaSpan, error) {
+	out := make([]int32, 0, len(ids))
+	var spans []MediaSpan
+	next := 0
+	for _, id := range ids {
+		if id != t.Image && id != t.Audio {
+			out = append(out, id)
+			continue
+		}
+		kind := MediaImage
+		if id == t.Audio {
+			kind = MediaAudio
+		}
+		if next >= len(media) {
+			return nil, nil, fmt.Errorf("%w: the prompt has more media placeholders than the %d media given", ErrNoMedia, len(media))
+		}
+		md := media[next]
+		if md.Kind != kind {
+			return nil, nil, fmt.Errorf("%w: placeholder %d is for %s but medium %d is %s", ErrNoMedia, next, kind, next, md.Kind)
+		}
+		open, ph, end := t.placeholder(kind)
+		out = append(out, open)
+		spans = append(spans, MediaSpan{Start: len(out), Embeds: md.Embeds})
+		for range md.Tokens {
+			out = append(out, ph)
+		}
+		out = append(out, end)
+		next++
+	}
+	if next != len(media) {
+		return nil, nil, fmt.Errorf("%w: %d media given but the prompt has %d placeholders", ErrNoMedia, len(media), next)
+	}
+	return out, spans, nil
+}
+
+// Locate finds, in ids already expanded (token ids given as is), each
+// medium's run of placeholder ids, in order: a run must have exactly the
+// medium's soft-token count.
+func (t Gemma4Tokens) Locate(ids []int32, media []*Medium) ([]MediaSpan, error) {
+	var spans []MediaSpan
+	next := 0
+	for i := 0; i < len(ids); {
+		if ids[i] != t.Image && ids[i] != t.Audio {
+			i++
+			continue
+		}
+		kind := MediaImage
+		if ids[i] == t.Audio {
+			kind = MediaAudio
+		}
+		j := i
+		for j < len(ids) && ids[j] == ids[i] {
+			j++
+		}
+		if next >= len(media) {
+			return nil, fmt.Errorf("%w: the ids hold more media runs than the %d media given", ErrNoMedia, len(media))
+		}
+		md := media[next]
+		if md.Kind != kind || md.Tokens != j-i {
+			return nil, fmt.Errorf("%w: run %d is %d %s placeholders at position %d; medium %d is %s of %d soft tokens",
+				ErrNoMedia, next, j-i, kind, i, next, md.Kind, md.Tokens)
+		}
+		spans = append(spans, MediaSpan{Start: i, Embeds: md.Embeds})
+		next++
+		i = j
+	}
+	if next != len(media) {
+		return nil, fmt.Errorf("%w: %d media given but the ids hold %d runs", ErrNoMedia, len(media), next)
+	}
+	return spans, nil
 }

@@ -20,7 +20,7 @@ import (
 type specFlags struct {
 	draftModel   string
 	draft        string
-	numDraft     int
+	numDraft     string
 	promptLookup int
 	ngramMin     int
 	ngramMax     int
@@ -31,7 +31,7 @@ type specFlags struct {
 func addSpecFlags(fl *pflag.FlagSet, f *specFlags) {
 	fl.StringVar(&f.draftModel, "draft-model", "", "speculative decoding: a draft model with the target's tokenizer (folder, cached repo, demo / demo-q4)")
 	fl.StringVar(&f.draft, "draft", "", "speculative decoding's draft source: model (with --draft-model) or ngram (prompt lookup)")
-	fl.IntVar(&f.numDraft, "num-draft-tokens", 0, fmt.Sprintf("tokens drafted per speculative round (0: %d for a draft model, %d for prompt lookup)", generate.DefaultNumDraft, generate.DefaultLookupDraft))
+	fl.StringVar(&f.numDraft, "num-draft-tokens", "", fmt.Sprintf("tokens drafted per speculative round, or auto (chosen each round from the measured acceptance and costs, up to %d); default %d for a draft model, %d for prompt lookup", generate.DefaultAutoMaxDraft, generate.DefaultNumDraft, generate.DefaultLookupDraft))
 	fl.IntVar(&f.promptLookup, "prompt-lookup", 0, "prompt lookup decoding with n-grams of up to N tokens (--draft ngram --ngram-max N)")
 	fl.IntVar(&f.ngramMin, "ngram-min", generate.DefaultNgramMin, "prompt lookup: the shortest n-gram matched")
 	fl.IntVar(&f.ngramMax, "ngram-max", generate.DefaultNgramMax, "prompt lookup: the longest n-gram matched")
@@ -52,10 +52,13 @@ func (f *specFlags) check() error {
 		return fmt.Errorf("%w: --draft model needs --draft-model", errUsage)
 	case f.draftModel != "" && (f.draft == "ngram" || f.promptLookup > 0):
 		return fmt.Errorf("%w: a draft model and prompt lookup (--draft ngram, --prompt-lookup) exclude each other", errUsage)
-	case f.numDraft < 0 || f.promptLookup < 0:
-		return fmt.Errorf("%w: --num-draft-tokens and --prompt-lookup must be ≥ 0", errUsage)
+	case f.promptLookup < 0:
+		return fmt.Errorf("%w: --prompt-lookup must be ≥ 0", errUsage)
 	case f.accept != "sample" && f.accept != "exact":
 		return fmt.Errorf("%w: --spec-accept must be sample or exact, not %q", errUsage, f.accept)
+	}
+	if _, _, err := f.gamma(); err != nil {
+		return err
 	}
 	lo, hi := f.ngramMin, f.ngramMax
 	if f.promptLookup > 0 {
@@ -66,6 +69,30 @@ func (f *specFlags) check() error {
 		return fmt.Errorf("%w: prompt lookup n-gram sizes %d..%d (need 1 ≤ --ngram-min ≤ --ngram-max)", errUsage, lo, hi)
 	}
 	return nil
+}
+
+// gamma parses --num-draft-tokens: a count (0 or empty: the default), or
+// auto (optionally auto:MAX).
+func (f *specFlags) gamma() (n int, auto bool, err error) {
+	v := strings.TrimSpace(f.numDraft)
+	if v == "" {
+		return 0, false, nil
+	}
+	if rest, ok := strings.CutPrefix(v, "auto"); ok {
+		if rest == "" {
+			return 0, true, nil
+		}
+		if m, ok := strings.CutPrefix(rest, ":"); ok {
+			if n, err := strconv.Atoi(m); err == nil && n > 0 {
+				return n, true, nil
+			}
+		}
+	}
+	n, err = strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, false, fmt.Errorf("%w: --num-draft-tokens must be a count ≥ 0, auto or auto:MAX, not %q", errUsage, f.numDraft)
+	}
+	return n, false, nil
 }
 
 // specProbe is text both tokenizers of a speculative pair must encode
@@ -83,7 +110,8 @@ func (f *specFlags) build(target model.Model, targetDir string, tok *tokenizer.T
 	if err := f.check(); err != nil {
 		return nil, closeFn, err
 	}
-	sp = &generate.Speculation{NumDraft: f.numDraft, Exact: f.accept == "exact"}
+	n, auto, _ := f.gamma()
+	sp = &generate.Speculation{NumDraft: n, Auto: auto, Exact: f.accept == "exact"}
 	if f.draftModel == "" {
 		sp.Lookup = true
 		sp.NgramMin, sp.NgramMax = f.ngramMin, f.ngramMax

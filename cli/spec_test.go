@@ -62,6 +62,7 @@ func TestGenerateSpeculative(t *testing.T) {
 		{"--draft-model", filepath.Join(fx, "bf16"), "--num-draft-tokens", "4"},
 		{"--prompt-lookup", "3"},
 		{"--draft", "ngram", "--ngram-min", "2", "--ngram-max", "4", "--num-draft-tokens", "6"},
+		{"--draft-model", filepath.Join(fx, "bf16"), "--num-draft-tokens", "auto:5"},
 	} {
 		r := runSpecJSON(t, append(slices.Clone(base), extra...)...)
 		if !slices.Equal(r.IDs, g.Greedy) {
@@ -82,6 +83,7 @@ func TestGenerateSpeculative(t *testing.T) {
 		{"--prompt-lookup", "2", "--ngram-min", "0"},
 		{"--prompt-lookup", "2", "--spec-accept", "maybe"},
 		{"--prompt-lookup", "2", "--num-draft-tokens", "-1"},
+		{"--prompt-lookup", "2", "--num-draft-tokens", "auto:x"},
 	} {
 		if code, _, errs := run(t, append(append([]string{"generate"}, base...), bad...)...); code != 2 {
 			t.Errorf("%v: exit %d (%s), want 2 (usage)", bad, code, errs)

@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
+	"runtime"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,6 +127,10 @@ type Stats struct {
 	Batch *BatchStats `json:"batch,omitempty"`
 	// SSD describes the batched lane's SSD cold tier (nil without one).
 	SSD *SSDStats `json:"ssd_cache,omitempty"`
+	// Memory is what the process holds: its resident set as the system
+	// counts it (mapped weights the kernels touched included), the Go
+	// heap in use, and the KV the pool or prompt cache holds.
+	Memory MemoryStats `json:"memory"`
 }
 
 // engine is the one goroutine that owns the model: requests wait in a
@@ -401,11 +409,14 @@ func (e *engine) stats() Stats {
 	if e.pc != nil {
 		st.CacheEntries, st.CacheBytes = e.pc.Len(), e.pc.Bytes()
 	}
+	st.Memory = memoryStats()
+	st.Memory.KVBytes = st.CacheBytes
 	st.Lane = "serial"
 	if e.lane != nil {
 		bs, entries, bytes := e.lane.stats()
 		st.Batch = &bs
 		st.CacheEntries, st.CacheBytes = entries, bytes
+		st.Memory.KVBytes = bs.KVBytes
 		st.QueueDepth += bs.PendingRows
 		st.Lane = "batched"
 		if e.lane.ssd != nil {
@@ -420,4 +431,31 @@ func (e *engine) stats() Stats {
 	}
 	e.mu.Unlock()
 	return st
+}
+
+// MemoryStats is /stats.memory.
+type MemoryStats struct {
+	RSSBytes    int64  `json:"rss_bytes"`     // resident set (0 where the system does not say)
+	GoHeapBytes uint64 `json:"go_heap_bytes"` // Go heap in use
+	KVBytes     int    `json:"kv_bytes"`      // KV storage of the pool (batched lane) or the prompt cache (serial)
+}
+
+// memoryStats reads the resident set (Linux: VmRSS in /proc/self/status)
+// and the Go heap.
+func memoryStats() MemoryStats {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	out := MemoryStats{GoHeapBytes: ms.HeapInuse}
+	if raw, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, line := range strings.Split(string(raw), "\n") {
+			if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				if f := strings.Fields(rest); len(f) > 0 {
+					if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+						out.RSSBytes = kb << 10
+					}
+				}
+			}
+		}
+	}
+	return out
 }

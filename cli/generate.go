@@ -14,6 +14,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/kv"
+	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/sampler"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
@@ -40,6 +41,7 @@ type genFlags struct {
 	gram                                              grammarFlags
 	experts                                           expertFlags
 	spec                                              specFlags
+	media                                             []mediaArg
 }
 
 // runGenerate loads a model, builds the prompt (chat template applied to
@@ -79,6 +81,7 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	addGrammarFlags(fl, &f.gram)
 	addExpertFlags(fl, &f.experts)
 	addSpecFlags(fl, &f.spec)
+	addMediaFlags(fl, &f.media)
 	fl.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: mlxgo generate [--model MODEL] (PROMPT | --prompt TEXT | --prompt-ids 1,2,3) [flags]")
 		fl.PrintDefaults()
@@ -141,6 +144,13 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	if len(f.media) > 0 && f.prompt != "" && tok != nil {
+		ph, err := mediaPlaceholders(f.dir, tok, f.media)
+		if err != nil {
+			return err
+		}
+		f.prompt = ph + f.prompt
+	}
 	ids, err := promptTokens(&f, tok, stderr)
 	if err != nil {
 		return err
@@ -177,7 +187,19 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	s, err := generate.Generate(ctx, generate.Wrap(m, info.Vocab), ids, opts)
+	var fwd model.Model = m
+	if len(f.media) > 0 {
+		if sp != nil {
+			return fmt.Errorf("%w: --image/--audio do not combine with speculative decoding", errUsage)
+		}
+		wm, mids, done, err := withMedia(f.dir, be, m, ids, f.media, f.promptIDs != "")
+		if err != nil {
+			return err
+		}
+		defer done()
+		fwd, ids = wm, mids
+	}
+	s, err := generate.Generate(ctx, generate.Wrap(fwd, info.Vocab), ids, opts)
 	if errors.Is(err, sampler.ErrInvalidParams) {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}

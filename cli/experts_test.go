@@ -22,8 +22,13 @@ func TestGenerateExpertOffload(t *testing.T) {
 			IDs   []int32 `json:"ids"`
 			Stats struct {
 				Experts *struct {
-					Hits, Misses, BytesRead, TotalBytes, BudgetBytes, ResidentBytes int64
-					HitRate                                                         float64 `json:"hit_rate"`
+					Hits          int64   `json:"hits"`
+					Misses        int64   `json:"misses"`
+					BytesRead     int64   `json:"bytes_read"`
+					TotalBytes    int64   `json:"total_bytes"`
+					BudgetBytes   int64   `json:"budget_bytes"`
+					ResidentBytes int64   `json:"resident_bytes"`
+					HitRate       float64 `json:"hit_rate"`
 				} `json:"experts"`
 			} `json:"stats"`
 		}

@@ -163,3 +163,49 @@ func measureBandwidth() float64 {
 	}
 	return 2 * size / best.Seconds() / 1e9
 }
+
+// servePlan is the memory plan serve starts under (--memory-budget, the
+// expert flags): the plan against the budget (MemAvailable when none is
+// given, then advisory), the expert streaming options, the context the
+// server admits (the model's, capped at the plan's largest safe context
+// when a budget is given) and the KV pool budget (--kv-budget, or what
+// the budget leaves after weights, experts, transients and reserve). With
+// a budget, a plan in which not even one token fits is an error naming
+// the term to shrink.
+func servePlan(dir string, ef *expertFlags, budget string, batch, context int, kvBudget int64, stderr io.Writer) (*model.Plan, *model.ExpertStreaming, int, int64, error) {
+	es, err := ef.streaming(dir)
+	if err != nil {
+		return nil, nil, 0, 0, err
+	}
+	opts := model.PlanOptions{Context: context, Batch: batch}
+	if es != nil {
+		opts.Stream, opts.ExpertCacheBytes = true, es.CacheBytes
+	}
+	if budget != "" {
+		if opts.Memory, err = parseBytes(budget); err != nil || opts.Memory <= 0 {
+			return nil, nil, 0, 0, fmt.Errorf("%w: --memory-budget %q", errUsage, budget)
+		}
+	}
+	p, err := model.PlanMemory(dir, opts)
+	if err != nil {
+		return nil, nil, 0, 0, err
+	}
+	switch {
+	case budget == "" && !p.Fits:
+		fmt.Fprintf(stderr, "mlxgo serve: warning: the memory plan (%s at %d tokens × %d) exceeds the %s available; shrink the %s\n",
+			fmtBytes(p.TotalBytes), p.Context, p.Batch, fmtBytes(p.MemoryBytes), p.Shrink)
+	case budget != "" && p.MaxContext == 0:
+		return nil, nil, 0, 0, fmt.Errorf("the model does not fit --memory-budget %s: %s are needed before any KV cache; shrink the %s",
+			fmtBytes(p.MemoryBytes), fmtBytes(p.FixedBytes()), p.Shrink)
+	case budget != "":
+		if context <= 0 || p.MaxContext < context {
+			context = p.MaxContext
+		}
+		if kvBudget == 0 {
+			kvBudget = p.MemoryBytes - p.FixedBytes()
+		}
+		fmt.Fprintf(stderr, "mlxgo serve: memory plan %s of %s at %d tokens × %d; largest safe context %d\n",
+			fmtBytes(p.TotalBytes), fmtBytes(p.MemoryBytes), p.Context, p.Batch, p.MaxContext)
+	}
+	return p, es, context, kvBudget, nil
+}

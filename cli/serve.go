@@ -17,6 +17,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/kv"
+	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/model/demo"
 	"github.com/mlxgo/mlxgo/serve"
 	"github.com/mlxgo/mlxgo/tokenizer"
@@ -38,6 +39,8 @@ type serveFlags struct {
 	temp, topP, minP                                                       float64
 	cacheBytes                                                             int64
 	copyWeights                                                            bool
+	experts                                                                expertFlags
+	memoryBudget                                                           string
 	apiKey, apiKeyEnv                                                      string
 	servedNames, allowedOrigins, allowedHosts                              listFlag
 	anyModelName                                                           bool
@@ -109,6 +112,8 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	fl.IntVar(&f.chunk, "prefill-step-size", generate.DefaultPrefillChunkSize, "prompt tokens per forward pass during prefill")
 	fl.StringVar(&f.toolFormat, "tool-format", "", "tool-call syntax: hermes, gemma4 or llama3 (default: detected)")
 	fl.BoolVar(&f.copyWeights, "copy-weights", false, "copy weights into memory instead of mapping the files")
+	addExpertFlags(fl, &f.experts)
+	fl.StringVar(&f.memoryBudget, "memory-budget", "", "memory the server plans to (8GiB): refuse to start when the model cannot fit, cap the context at the largest that fits, size the KV pool with what is left (default: MemAvailable, advisory)")
 	fl.StringVar(&f.apiKey, "api-key", "", "require this API key on every route but /health (Authorization: Bearer KEY or x-api-key: KEY)")
 	fl.StringVar(&f.apiKeyEnv, "api-key-env", "MLXGO_API_KEY", "environment variable holding the API key when --api-key is not given")
 	fl.Var(&f.servedNames, "served-model-name", "a model name the server answers to besides the model folder's (repeatable); the first is the id it reports")
@@ -208,7 +213,11 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m, be, err := loadModel(dir, f.backend, f.copyWeights, stderr)
+	plan, es, ctxLen, kvBudget, err := servePlan(dir, &f.experts, f.memoryBudget, f.batch, contextLength(dir), f.kvBudget, stderr)
+	if err != nil {
+		return err
+	}
+	m, be, err := loadModelOpts(dir, f.backend, f.copyWeights, nil, es, stderr)
 	if err != nil {
 		return err
 	}
@@ -242,14 +251,15 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	}
 	srv, err := serve.New(serve.Config{
 		Model: generate.Wrap(m, info.Vocab), ModelID: id, Tokenizer: tok, Template: tmpl, TemplateKwargs: kwargs,
-		EOS: toInt32s(eosIDs(info.EOS, tok)), ContextLength: contextLength(dir), MaxTokens: f.maxTokens,
+		EOS: toInt32s(eosIDs(info.EOS, tok)), ContextLength: ctxLen, MaxTokens: f.maxTokens,
 		Sampling: gen.Over(flagDefaults), Backend: be, PrefillChunkSize: f.chunk,
 		PromptCacheBytes: cacheBytes, SnapshotPrompt: info.SlidingWindow > 0, QueueSize: f.queueSize,
 		ToolFormat: f.toolFormat, Logger: log, Aliases: aliases, AnyModelName: f.anyModelName, APIKeys: keys,
 		AllowedOrigins: f.allowedOrigins, AllowedHosts: hosts, BodyTimeout: f.bodyTimeout, WriteTimeout: f.writeTimeout,
-		MaxBodyBytes: f.maxBodyBytes, Batch: f.batch, KVBudgetBytes: int(f.kvBudget), BlockSize: f.blockSize,
+		MaxBodyBytes: f.maxBodyBytes, Batch: f.batch, KVBudgetBytes: int(kvBudget), BlockSize: f.blockSize,
 		ShutdownTimeout: f.shutdownTimeout, SSDCacheDir: f.ssdDir, SSDCacheMaxBytes: f.ssdMax, SSDCacheMinTokens: f.ssdMinTokens,
 		SSDCacheVerify: f.ssdVerify, ModelFingerprint: fp,
+		Plan: plan, ExpertStats: func() (model.ExpertStats, bool) { return expertStats(m) },
 		ResponseStoreTTL: f.responseTTL, ResponseStoreBytes: responseBytes, EmbeddingPooling: pooling, MatryoshkaMinDims: f.matryoshkaMin,
 	})
 	if err != nil {

@@ -35,22 +35,24 @@ type ExpertStreaming struct {
 type ExpertStats struct {
 	// Hits and Misses count expert requests: a hit found the expert
 	// resident (or already being read), a miss read it from disk.
-	Hits, Misses int64
+	Hits   int64 `json:"hits"`
+	Misses int64 `json:"misses"`
 	// BytesRead is the checkpoint bytes read for misses.
-	BytesRead int64
+	BytesRead int64 `json:"bytes_read"`
 	// Evictions counts experts dropped from the cache.
-	Evictions int64
+	Evictions int64 `json:"evictions"`
 	// ResidentBytes is the expert bytes held now; PeakResidentBytes the
 	// most held at once (a block's routed union can exceed the budget).
-	ResidentBytes, PeakResidentBytes int64
+	ResidentBytes     int64 `json:"resident_bytes"`
+	PeakResidentBytes int64 `json:"peak_resident_bytes"`
 	// BudgetBytes is ExpertStreaming.CacheBytes.
-	BudgetBytes int64
+	BudgetBytes int64 `json:"budget_bytes"`
 	// TotalBytes is the checkpoint bytes of every streamed expert, and
 	// Experts their number (matrices, over all banks and layers).
-	TotalBytes int64
-	Experts    int
+	TotalBytes int64 `json:"total_bytes"`
+	Experts    int   `json:"experts"`
 	// Blocks counts MoE block passes that loaded their experts together.
-	Blocks int64
+	Blocks int64 `json:"blocks"`
 }
 
 // ExpertStats reports the expert streaming counters; ok is false when the

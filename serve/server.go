@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
@@ -162,6 +163,13 @@ type Config struct {
 	// SSD cache's files carry it; "" falls back to ModelID and the
 	// vocabulary size).
 	ModelFingerprint string
+	// Plan, when set, is the memory plan the server started under
+	// (model.PlanMemory): GET /fit returns it and /stats reports its
+	// admission numbers.
+	Plan *model.Plan
+	// ExpertStats, when set, reads the model's expert streaming counters
+	// for /stats (experts).
+	ExpertStats func() (model.ExpertStats, bool)
 	// ShutdownTimeout bounds how long Close lets running rows finish
 	// (0: DefaultShutdownTimeout); queued requests get 503 at once.
 	ShutdownTimeout time.Duration
@@ -419,6 +427,7 @@ func (s *Server) routes() {
 	m.HandleFunc("/v1/models/{id...}", s.only("GET", s.handleModel))
 	m.HandleFunc("/health", s.only("GET", s.handleHealth))
 	m.HandleFunc("/stats", s.only("GET", s.handleStats))
+	m.HandleFunc("/fit", s.only("GET", s.handleFit))
 	m.HandleFunc("/admin/cache/flush", s.only("POST", s.handleCacheFlush))
 	m.HandleFunc("/metrics", s.only("GET", s.handleMetrics))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -566,7 +575,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.Stats())
+	writeJSON(w, http.StatusOK, s.statsWithPlan())
 }
 
 // Stats returns the server's counters (what GET /stats reports).

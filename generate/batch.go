@@ -56,6 +56,25 @@ type BatchOptions struct {
 	Restore func(prompt []int32, caches []kv.Cache, held int) (int, error)
 }
 
+// RowForwarder is a Model whose forward pass can run each row of a batch
+// with its own adapter set (LoRA: the base matmuls shared, each row's
+// low-rank terms its own). A Batch uses it when some row has
+// Options.Adapters; a row's result must equal the model's result for that
+// row alone with its set (what the adapted variant computes).
+type RowForwarder interface {
+	// ForwardRows is Forward over rows laid end to end: rows[i].Tokens of
+	// them, with rows[i].Adapters.
+	ForwardRows(ids *tensor.Array, caches []kv.Cache, rows []RowSpan) (*tensor.Array, error)
+	// LogitsRows is Logits over hidden states laid out as rows says.
+	LogitsRows(hidden *tensor.Array, rows []RowSpan) (*tensor.Array, error)
+}
+
+// RowSpan is one row's share of a RowForwarder pass.
+type RowSpan struct {
+	Tokens   int
+	Adapters []string
+}
+
 // ErrNeverFits is what a *FitError unwraps to.
 var ErrNeverFits = errors.New("generate: request can never fit the KV pool")
 
@@ -250,6 +269,10 @@ func (b *Batch) Add(ctx context.Context, prompt []int32, opts *Options) (*Row, e
 	if err != nil {
 		return nil, err
 	}
+	if _, ok := b.m.(RowForwarder); len(p.o.Adapters) > 0 && !ok {
+		p.smp.Free()
+		return nil, fmt.Errorf("generate: adapters %v asked of a model that runs none (no RowForwarder)", p.o.Adapters)
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -391,7 +414,7 @@ func (b *Batch) admit(r *Row, events []Event) []Event {
 		n := 0
 		if !b.o.NoPrefixReuse {
 			var err error
-			if n, err = b.o.Pool.AdoptPrefix(r.caches, r.prompt, len(r.prompt)-1); err != nil {
+			if n, err = b.o.Pool.AdoptPrefixIn(r.opts.CacheNamespace, r.caches, r.prompt, len(r.prompt)-1); err != nil {
 				return b.end(r, StopError, err, events)
 			}
 		}
@@ -512,7 +535,15 @@ func (b *Batch) pass(segs []segment) (events []Event, err error) {
 		sc := tensor.NewScope()
 		defer sc.Close()
 		caches := b.layerCaches(segs, lens)
-		h, err := b.m.Forward(tensor.FromInt32On(b.be, ids, []int{1, len(ids)}), caches)
+		rf, spans, logitSpans := b.rowSpans(segs)
+		in := tensor.FromInt32On(b.be, ids, []int{1, len(ids)})
+		var h *tensor.Array
+		var err error
+		if rf != nil {
+			h, err = rf.ForwardRows(in, caches, spans)
+		} else {
+			h, err = b.m.Forward(in, caches)
+		}
 		if err != nil {
 			return err
 		}
@@ -530,7 +561,12 @@ func (b *Batch) pass(segs []segment) (events []Event, err error) {
 			if len(last) != h.Dim(1) {
 				hs = tensor.Take(h, tensor.FromInt32On(b.be, last, []int{len(last)}), 1)
 			}
-			if logits, err = b.m.Logits(hs); err != nil {
+			if rf != nil {
+				logits, err = rf.LogitsRows(hs, logitSpans)
+			} else {
+				logits, err = b.m.Logits(hs)
+			}
+			if err != nil {
 				return err
 			}
 			logits = tensor.Reshape(logits, len(last), logits.Dim(-1))
@@ -605,6 +641,23 @@ func (b *Batch) pass(segs []segment) (events []Event, err error) {
 	return events, nil
 }
 
+// rowSpans is the pass's per-row adapter layout when some row runs with
+// adapters on a RowForwarder model (else rf is nil): the tokens of each
+// segment, and one position per sampled row for the logits.
+func (b *Batch) rowSpans(segs []segment) (rf RowForwarder, spans, logits []RowSpan) {
+	rf, ok := b.m.(RowForwarder)
+	if !ok || !slices.ContainsFunc(segs, func(s segment) bool { return len(s.r.opts.Adapters) > 0 }) {
+		return nil, nil, nil
+	}
+	for _, s := range segs {
+		spans = append(spans, RowSpan{Tokens: len(s.ids), Adapters: s.r.opts.Adapters})
+		if s.logits {
+			logits = append(logits, RowSpan{Tokens: 1, Adapters: s.r.opts.Adapters})
+		}
+	}
+	return rf, spans, logits
+}
+
 // layerCaches makes each layer's cache for the pass: the lone row's own
 // caches, or a kv.Rows view over the rows' caches of that layer.
 func (b *Batch) layerCaches(segs []segment, lens []int) []kv.Cache {
@@ -665,7 +718,7 @@ func (b *Batch) register(r *Row) error {
 	if r.need == nil || !r.owned || r.caches == nil || b.o.NoPrefixReuse {
 		return nil
 	}
-	_, err := b.o.Pool.RegisterPrefix(r.caches, r.q.cacheToks)
+	_, err := b.o.Pool.RegisterPrefixIn(r.opts.CacheNamespace, r.caches, r.q.cacheToks)
 	return err
 }
 

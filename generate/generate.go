@@ -131,6 +131,17 @@ type Options struct {
 	// Stream owns (see Stream.TakeCaches).
 	Caches []kv.Cache
 
+	// Adapters names the adapter set (LoRA adapters, in order) a batch row
+	// runs with, on a model that implements RowForwarder; nil runs the
+	// base model. Generate ignores it: a lone sequence runs the model it
+	// is given (pass the adapted variant).
+	Adapters []string
+	// CacheNamespace keys a batch row's share of the pool's prefix cache:
+	// rows share cached blocks only within one namespace. Rows whose keys
+	// and values differ for the same tokens (other adapter sets) must use
+	// different ones ("" is the base model's).
+	CacheNamespace string
+
 	// OnPrefillDone, when set, is called once, when the caches hold exactly
 	// SnapshotAt tokens of the prompt, before any further KV is written:
 	// the moment to snapshot them (cloning: the loop keeps writing). The

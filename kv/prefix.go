@@ -29,6 +29,7 @@ import (
 // so distinct prefixes never collide.
 type prefixKey struct {
 	parent uint64
+	ns     string // the namespace of a first block (see AdoptPrefixIn)
 	tokens string
 }
 
@@ -55,7 +56,7 @@ func (ix *prefixIndex) init(p *Pool) {
 	ix.nextID = 1
 }
 
-func keyOf(parent *prefixEntry, tokens []int32) prefixKey {
+func keyOf(ns string, parent *prefixEntry, tokens []int32) prefixKey {
 	raw := make([]byte, 4*len(tokens))
 	for i, t := range tokens {
 		binary.LittleEndian.PutUint32(raw[4*i:], uint32(t))
@@ -63,6 +64,8 @@ func keyOf(parent *prefixEntry, tokens []int32) prefixKey {
 	k := prefixKey{tokens: string(raw)}
 	if parent != nil {
 		k.parent = parent.id
+	} else {
+		k.ns = ns
 	}
 	return k
 }
@@ -91,13 +94,13 @@ func (ix *prefixIndex) drop(e *prefixEntry) {
 
 // lookup returns the longest chain of entries for tokens' full blocks,
 // within the first limit tokens.
-func (ix *prefixIndex) lookup(tokens []int32, limit int) []*prefixEntry {
+func (ix *prefixIndex) lookup(ns string, tokens []int32, limit int) []*prefixEntry {
 	bs := ix.pool.blockSize
 	limit = min(limit, len(tokens))
 	var chain []*prefixEntry
 	var parent *prefixEntry
 	for j := 0; (j+1)*bs <= limit; j++ {
-		e, ok := ix.entries[keyOf(parent, tokens[j*bs:(j+1)*bs])]
+		e, ok := ix.entries[keyOf(ns, parent, tokens[j*bs:(j+1)*bs])]
 		if !ok {
 			break
 		}
@@ -133,8 +136,11 @@ func (p *Pool) pagedCaches(caches []Cache) ([]*PagedCache, error) {
 
 // CachedPrefix is how many leading tokens of tokens (whole blocks) the
 // pool has cached for every layer: what AdoptPrefix would reuse.
-func (p *Pool) CachedPrefix(tokens []int32) int {
-	return len(p.prefix.lookup(tokens, len(tokens))) * p.blockSize
+func (p *Pool) CachedPrefix(tokens []int32) int { return p.CachedPrefixIn("", tokens) }
+
+// CachedPrefixIn is CachedPrefix within namespace ns (see AdoptPrefixIn).
+func (p *Pool) CachedPrefixIn(ns string, tokens []int32) int {
+	return len(p.prefix.lookup(ns, tokens, len(tokens))) * p.blockSize
 }
 
 // AdoptPrefix makes empty caches (one sequence's, from NewCaches) start
@@ -146,6 +152,14 @@ func (p *Pool) CachedPrefix(tokens []int32) int {
 // processed that prefix: a sliding-window layer holds it as one prefill
 // chunk would have left it.
 func (p *Pool) AdoptPrefix(caches []Cache, tokens []int32, limit int) (int, error) {
+	return p.AdoptPrefixIn("", caches, tokens, limit)
+}
+
+// AdoptPrefixIn is AdoptPrefix among the prefixes registered in namespace
+// ns: sequences whose keys and values differ for the same tokens (a LoRA
+// adapter set changes every layer's keys) register and adopt in their own
+// namespace, so they never share blocks. "" is AdoptPrefix's.
+func (p *Pool) AdoptPrefixIn(ns string, caches []Cache, tokens []int32, limit int) (int, error) {
 	pcs, err := p.pagedCaches(caches)
 	if err != nil {
 		return 0, err
@@ -155,7 +169,7 @@ func (p *Pool) AdoptPrefix(caches []Cache, tokens []int32, limit int) (int, erro
 			return 0, fmt.Errorf("kv: adopt prefix: layer %d cache is not empty (offset %d)", i, c.offset)
 		}
 	}
-	chain := p.prefix.lookup(tokens, limit)
+	chain := p.prefix.lookup(ns, tokens, limit)
 	n := len(chain) * p.blockSize
 	if n == 0 {
 		return 0, nil
@@ -190,6 +204,12 @@ func (p *Pool) AdoptPrefix(caches []Cache, tokens []int32, limit int) (int, erro
 // (a sliding-window layer whose ring has moved on). It returns the number
 // of tokens of the sequence's prefix now in the index.
 func (p *Pool) RegisterPrefix(caches []Cache, tokens []int32) (int, error) {
+	return p.RegisterPrefixIn("", caches, tokens)
+}
+
+// RegisterPrefixIn is RegisterPrefix in namespace ns (see AdoptPrefixIn).
+// A sequence continues registering in the namespace its chain began in.
+func (p *Pool) RegisterPrefixIn(ns string, caches []Cache, tokens []int32) (int, error) {
 	pcs, err := p.pagedCaches(caches)
 	if err != nil {
 		return 0, err
@@ -231,7 +251,7 @@ func (p *Pool) RegisterPrefix(caches []Cache, tokens []int32) (int, error) {
 				break
 			}
 		}
-		key := keyOf(parent, tokens[j*bs:(j+1)*bs])
+		key := keyOf(ns, parent, tokens[j*bs:(j+1)*bs])
 		if e, ok := p.prefix.entries[key]; ok {
 			chain = append(chain, e)
 			continue

@@ -245,7 +245,7 @@ func TestPrefixDedupe(t *testing.T) {
 		t.Fatalf("%d entries, want 3 (A's two, B's third)", e)
 	}
 	ta := a.paged[0].(*PagedCache).Table()
-	e2 := pool.prefix.lookup(ids(0, 12), 12)
+	e2 := pool.prefix.lookup("", ids(0, 12), 12)
 	if len(e2) != 3 || e2[0].blocks[0] != ta[0] || e2[1].blocks[0] != ta[1] || e2[2].parent != e2[1] {
 		t.Fatalf("chain %v for A's blocks %v", e2, ta)
 	}
@@ -315,7 +315,7 @@ func TestPrefixEviction(t *testing.T) {
 		c.Free()
 	}
 	// dropping X's head drops the entries chained after it
-	pool.prefix.drop(pool.prefix.lookup(x, 6)[0])
+	pool.prefix.drop(pool.prefix.lookup("", x, 6)[0])
 	if st := pool.Stats(); st.PrefixEntries != 0 || st.Cached != 0 || st.Free != st.Capacity {
 		t.Fatalf("after dropping the head: %+v", st)
 	}
@@ -611,5 +611,39 @@ func checkAccounting(t *testing.T, p *Pool, caches func(func(*PagedCache) bool))
 				t.Fatalf("entry %d: layer %d block %d registered elsewhere", e.id, i, b)
 			}
 		}
+	}
+}
+
+// TestPrefixNamespaces: blocks registered in one namespace are never
+// adopted from another (the same tokens under another adapter set have
+// other keys and values); within a namespace they are.
+func TestPrefixNamespaces(t *testing.T) {
+	defer tensortest.NoLeaks(t)()
+	const bs = 4
+	pool, windows := prefixPool(t, bs, 256)
+	defer pool.Free()
+	s := &stream{r: rand.New(rand.NewPCG(8, 1)), hq: 4, hkv: 2, d: 32, dv: 32, dt: tensor.BFloat16}
+	a := newSeqPair(t, pool)
+	defer a.free()
+	a.write(s, ids(100, 9), windows)
+	if n, err := pool.RegisterPrefixIn("lora:x", a.paged, a.tokens); err != nil || n != 8 {
+		t.Fatalf("registered %d (%v)", n, err)
+	}
+	if n := pool.CachedPrefix(a.tokens); n != 0 {
+		t.Errorf("the default namespace sees %d tokens of lora:x's prefix", n)
+	}
+	if n := pool.CachedPrefixIn("lora:y", a.tokens); n != 0 {
+		t.Errorf("lora:y sees %d tokens of lora:x's prefix", n)
+	}
+	c := pool.NewCaches()
+	defer func() {
+		for _, x := range c {
+			if x != nil {
+				x.Free()
+			}
+		}
+	}()
+	if n, err := pool.AdoptPrefixIn("lora:x", c, a.tokens, len(a.tokens)-1); err != nil || n != 8 {
+		t.Errorf("lora:x adopted %d tokens (%v), want 8", n, err)
 	}
 }

@@ -409,75 +409,113 @@ func gemma4TokensOf(mc *gemma4MMConfig) Gemma4Tokens {
 	return tok
 }
 
-// EncodeImage decodes an image file (PNG, JPEG, GIF), preprocesses it as
-// Gemma4ImageProcessor does and runs the vision tower and projection.
-// Errors wrap media.ErrUnsupported, media.ErrCorrupt, media.ErrTooLarge
-// (bad input) or ErrNoMedia (no vision tower).
-func (m *Gemma4Media) EncodeImage(data []byte) (*Medium, error) {
-	if m.Vision == nil {
-		return nil, fmt.Errorf("%w: this model has no vision tower", ErrNoMedia)
-	}
-	rgb, err := media.DecodeImage(data)
-	if err != nil {
-		return nil, err
-	}
-	img, err := media.Gemma4Preprocess(rgb, m.ImageConfig)
-	if err != nil {
-		return nil, err
-	}
-	tower, err := m.Vision.Tower(img)
-	if err != nil {
-		return nil, err
-	}
-	defer tower.Free()
-	emb, err := m.Vision.Project(tower)
-	if err != nil {
-		return nil, err
-	}
-	tensor.Detach(emb)
-	return &Medium{Kind: MediaImage, Embeds: emb, Tokens: emb.Dim(0)}, nil
+// PreparedMedium is a medium decoded and preprocessed on the host (its
+// soft-token count known), not yet run through its tower.
+type PreparedMedium struct {
+	Kind   MediaKind
+	Tokens int
+	img    *media.Gemma4Image
+	feat   *media.Gemma4Features
+	m      *Gemma4Media
 }
 
-// EncodeAudio decodes a WAV file, resamples it to the feature extractor's
-// rate, computes its log-mel features (30 s at most) and runs the audio
-// tower and projection; the soft tokens are capped at AudioMaxTokens.
-func (m *Gemma4Media) EncodeAudio(data []byte) (*Medium, error) {
-	if m.Audio == nil {
-		return nil, fmt.Errorf("%w: this model has no audio tower", ErrNoMedia)
+// Shape is the medium as Expand and Locate read it (no embeddings yet).
+func (p *PreparedMedium) Shape() *Medium { return &Medium{Kind: p.Kind, Tokens: p.Tokens} }
+
+// Prepare decodes and preprocesses a medium without running a tower:
+// images (PNG, JPEG, GIF) as Gemma4ImageProcessor does, audio (WAV)
+// resampled to the feature extractor's rate and turned into its log-mel
+// features (30 s at most; the soft tokens are capped at AudioMaxTokens).
+// Errors wrap media.ErrUnsupported, media.ErrCorrupt, media.ErrTooLarge
+// (bad input) or ErrNoMedia (no tower for the kind).
+func (m *Gemma4Media) Prepare(kind MediaKind, data []byte) (*PreparedMedium, error) {
+	p := &PreparedMedium{Kind: kind, m: m}
+	switch kind {
+	case MediaImage:
+		if m.Vision == nil {
+			return nil, fmt.Errorf("%w: this model has no vision tower", ErrNoMedia)
+		}
+		rgb, err := media.DecodeImage(data)
+		if err != nil {
+			return nil, err
+		}
+		if p.img, err = media.Gemma4Preprocess(rgb, m.ImageConfig); err != nil {
+			return nil, err
+		}
+		p.Tokens = m.Vision.SoftTokens(p.img)
+	case MediaAudio:
+		if m.Audio == nil {
+			return nil, fmt.Errorf("%w: this model has no audio tower", ErrNoMedia)
+		}
+		a, err := media.DecodeWAV(data)
+		if err != nil {
+			return nil, err
+		}
+		if p.feat, err = media.Gemma4LogMel(media.Resample(a, m.AudioConfig.SamplingRate).Samples, m.AudioConfig); err != nil {
+			return nil, err
+		}
+		p.Tokens = p.feat.SoftTokens()
+		if m.AudioMaxTokens > 0 {
+			p.Tokens = min(p.Tokens, m.AudioMaxTokens)
+		}
+		if p.Tokens == 0 {
+			return nil, fmt.Errorf("%w: audio too short for one soft token", media.ErrCorrupt)
+		}
+	default:
+		return nil, fmt.Errorf("%w: media kind %d", ErrNoMedia, kind)
 	}
-	a, err := media.DecodeWAV(data)
-	if err != nil {
-		return nil, err
+	return p, nil
+}
+
+// Encode runs the prepared medium through its tower and projection.
+func (p *PreparedMedium) Encode() (*Medium, error) {
+	var tower *tensor.Array
+	var err error
+	var proj func(*tensor.Array) (*tensor.Array, error)
+	if p.Kind == MediaImage {
+		tower, err = p.m.Vision.Tower(p.img)
+		proj = p.m.Vision.Project
+	} else {
+		tower, err = p.m.Audio.Tower(p.feat)
+		proj = p.m.Audio.Project
 	}
-	f, err := media.Gemma4LogMel(media.Resample(a, m.AudioConfig.SamplingRate).Samples, m.AudioConfig)
-	if err != nil {
-		return nil, err
-	}
-	tower, err := m.Audio.Tower(f)
 	if err != nil {
 		return nil, err
 	}
 	defer tower.Free()
-	emb, err := m.Audio.Project(tower)
+	emb, err := proj(tower)
 	if err != nil {
 		return nil, err
 	}
-	if n := emb.Dim(0); n > m.AudioMaxTokens && m.AudioMaxTokens > 0 {
-		cut := tensor.SliceAxis(emb, 0, 0, m.AudioMaxTokens)
-		tensor.Detach(cut)
+	if emb.Dim(0) > p.Tokens {
+		var cut *tensor.Array
+		if err := tensor.Try(func() {
+			cut = tensor.Contiguous(tensor.SliceAxis(emb, 0, 0, p.Tokens))
+			tensor.Eval(cut)
+		}); err != nil {
+			emb.Free()
+			return nil, err
+		}
 		emb.Free()
 		emb = cut
 	}
 	tensor.Detach(emb)
-	return &Medium{Kind: MediaAudio, Embeds: emb, Tokens: emb.Dim(0)}, nil
+	return &Medium{Kind: p.Kind, Embeds: emb, Tokens: emb.Dim(0)}, nil
 }
 
-// Encode encodes one medium of the given kind.
+// EncodeImage prepares and encodes an image file (see Prepare).
+func (m *Gemma4Media) EncodeImage(data []byte) (*Medium, error) { return m.Encode(MediaImage, data) }
+
+// EncodeAudio prepares and encodes a WAV file (see Prepare).
+func (m *Gemma4Media) EncodeAudio(data []byte) (*Medium, error) { return m.Encode(MediaAudio, data) }
+
+// Encode prepares and encodes one medium of the given kind.
 func (m *Gemma4Media) Encode(kind MediaKind, data []byte) (*Medium, error) {
-	if kind == MediaAudio {
-		return m.EncodeAudio(data)
+	p, err := m.Prepare(kind, data)
+	if err != nil {
+		return nil, err
 	}
-	return m.EncodeImage(data)
+	return p.Encode()
 }
 
 func (t Gemma4Tokens) placeholder(k MediaKind) (open, ph, end int32) {

@@ -313,7 +313,11 @@ func (s *Stream) runSpec(yield func(Token, error) bool) error {
 		}
 		q.noteRead(time.Now())
 		if r.auto != nil {
-			r.auto.observe(len(drafts), accepted, len(feed), t2.Sub(t1).Seconds(), t1.Sub(t0).Seconds())
+			draftSec := t1.Sub(t0).Seconds()
+			if c, ok := d.(interface{ stepCost() float64 }); ok {
+				draftSec = c.stepCost() * float64(len(drafts))
+			}
+			r.auto.observe(len(drafts), accepted, len(feed), t2.Sub(t1).Seconds(), draftSec)
 		}
 		if len(drafts) > 0 {
 			r.st.Rounds++

@@ -3,6 +3,7 @@ package generate
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/mlxgo/mlxgo/kv"
 	"github.com/mlxgo/mlxgo/sampler"
@@ -34,6 +35,9 @@ type ModelDrafter struct {
 	window int
 	chunk  int
 	calls  int
+	// stepSec is the time of the last Draft's one-token draft steps, per
+	// step (what a draft token costs, catching up excluded).
+	stepSec float64
 }
 
 // NewModelDrafter makes a drafter over draft model m for a generation
@@ -154,6 +158,7 @@ func (d *ModelDrafter) Draft(tokens []int32, n int, r *SpecRand) (Draft, error) 
 	}
 	var out Draft
 	hist := recent(tokens, d.window)
+	t0 := time.Now()
 	for i := range n {
 		var tok int32
 		var probs []float32
@@ -176,8 +181,13 @@ func (d *ModelDrafter) Draft(tokens []int32, n int, r *SpecRand) (Draft, error) 
 			feed = []int32{tok}
 		}
 	}
+	d.stepSec = time.Since(t0).Seconds() / float64(n)
 	return out, nil
 }
+
+// stepCost is the time a draft token cost in the last Draft, the
+// catching-up prefill excluded (what the adaptive γ weighs).
+func (d *ModelDrafter) stepCost() float64 { return d.stepSec }
 
 // prefill writes ids' KV into the caches.
 func (d *ModelDrafter) prefill(ids []int32) error {

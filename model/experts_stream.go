@@ -106,6 +106,7 @@ type expertSlot struct {
 	bank  *streamBank
 	done  chan struct{} // closed once bufs (or err) are set
 	bufs  [][]byte
+	free  func() // gives bufs' memory back (nil once done)
 	err   error
 	lin   *Linear // made on the compute goroutine from bufs
 	pins  int
@@ -153,10 +154,18 @@ func (s *expertStore) reader() {
 	defer s.wg.Done()
 	for sl := range s.jobs {
 		var read int64
-		bufs := make([][]byte, len(sl.bank.parts[sl.key.expert]))
+		parts := sl.bank.parts[sl.key.expert]
+		bufs := make([][]byte, len(parts))
 		var err error
-		for i, p := range sl.bank.parts[sl.key.expert] {
-			b := make([]byte, p.n)
+		total := 0
+		for _, p := range parts {
+			total += (int(p.n) + 63) &^ 63 // each part 64-byte aligned
+		}
+		mem, free := expertMemory(total)
+		at := 0
+		for i, p := range parts {
+			b := mem[at : at+int(p.n) : at+int(p.n)]
+			at += (int(p.n) + 63) &^ 63
 			if _, e := p.file.ReadAt(b, p.off); e != nil {
 				err = fmt.Errorf("%w: read expert %d: %s: %v", ErrCheckpoint, sl.key.expert, p.file.Name(), e)
 				break
@@ -169,7 +178,10 @@ func (s *expertStore) reader() {
 		if err != nil {
 			s.failed++
 		}
-		sl.bufs, sl.err = bufs, err
+		sl.bufs, sl.err, sl.free = bufs, err, free
+		if err != nil {
+			sl.dropBufs()
+		}
 		s.mu.Unlock()
 		close(sl.done)
 	}
@@ -263,7 +275,7 @@ func (s *expertStore) ready(sl *expertSlot) *Linear {
 		l.Scales, l.Biases, l.QuantSpec = arrs[1], arrs[2], b.spec
 	}
 	if !borrow || s.cast.Valid() {
-		sl.bufs = nil
+		sl.dropBufs() // copied: the arrays do not point into them
 	}
 	s.mu.Lock()
 	sl.lin = l
@@ -279,7 +291,7 @@ func (s *expertStore) release(slots ...*expertSlot) {
 	for _, sl := range slots {
 		sl.pins--
 	}
-	var drop []*Linear
+	var drop []*expertSlot
 	// failed reads are dropped whatever the budget, so that a later pass
 	// reads again
 	for e := s.lru.Back(); e != nil && (s.stats.ResidentBytes > s.budget || s.failed > 0); {
@@ -293,16 +305,32 @@ func (s *expertStore) release(slots ...*expertSlot) {
 			if sl.err != nil {
 				s.failed--
 			}
-			if sl.lin != nil {
-				drop = append(drop, sl.lin)
-			}
+			drop = append(drop, sl)
 		}
 		e = prev
 	}
 	s.mu.Unlock()
-	for _, l := range drop {
-		tensor.Free(l.Weight, l.Scales, l.Biases)
+	for _, sl := range drop {
+		sl.discard()
 	}
+}
+
+// discard frees an evicted slot's arrays, then the memory they borrowed:
+// every view of them was made inside a pass whose scope has closed.
+func (sl *expertSlot) discard() {
+	if l := sl.lin; l != nil {
+		tensor.Free(l.Weight, l.Scales, l.Biases)
+		sl.lin = nil
+	}
+	sl.dropBufs()
+}
+
+// dropBufs frees the read buffers (once no array borrows them).
+func (sl *expertSlot) dropBufs() {
+	if sl.free != nil {
+		sl.free()
+	}
+	sl.bufs, sl.free = nil, nil
 }
 
 func isDone(sl *expertSlot) bool {
@@ -328,8 +356,8 @@ func (s *expertStore) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, sl := range s.slots {
-		if sl.lin != nil {
-			tensor.Free(sl.lin.Weight, sl.lin.Scales, sl.lin.Biases)
+		if isDone(sl) {
+			sl.discard()
 		}
 	}
 	s.slots, s.stats.ResidentBytes = map[slotKey]*expertSlot{}, 0
@@ -371,6 +399,8 @@ func (b *streamBank) Expert(e int, x *tensor.Array) *tensor.Array {
 // routed to it, with the kernel the resident bank's gather uses per slot,
 // and the outputs are put back in slot order.
 func (b *streamBank) Gather(x, inds *tensor.Array) *tensor.Array {
+	var own []*expertSlot // pins of this call, released after its scope closes
+	defer func() { b.store.release(own...) }()
 	sc := tensor.NewScope()
 	defer sc.Close()
 	ids := hostIDs(inds)
@@ -382,7 +412,6 @@ func (b *streamBank) Gather(x, inds *tensor.Array) *tensor.Array {
 	kx, m, in := x.Dim(-3), x.Dim(-2), x.Dim(-1)
 	used, slots := groupSlots(ids, b.n)
 	lins := make(map[int]*Linear, len(used))
-	var own []*expertSlot
 	for _, e := range used {
 		sl, o := b.pinned(e)
 		if o {
@@ -390,7 +419,6 @@ func (b *streamBank) Gather(x, inds *tensor.Array) *tensor.Array {
 		}
 		lins[e] = b.store.ready(sl)
 	}
-	defer b.store.release(own...)
 	outShape := append(append(slices.Clone(lead), k, m), b.out)
 	if !b.quant {
 		// as SwitchLinear.Gather over a bank of the used experts only

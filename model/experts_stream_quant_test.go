@@ -22,6 +22,8 @@ type moeShape struct {
 	// (mlx-lm's switch_mlp layout) with group size Group; 0 stores them per
 	// expert in float32 (HF's layout).
 	Bits, Group int
+	// DType stores the float tensors (Invalid: float32).
+	DType tensor.DType
 }
 
 // writeRandomMoE writes a seeded random Qwen3-MoE checkpoint of shape s
@@ -30,6 +32,10 @@ type moeShape struct {
 func writeRandomMoE(t testing.TB, dir string, s moeShape) {
 	t.Helper()
 	r := rand.New(rand.NewSource(11))
+	dt := s.DType
+	if !dt.Valid() {
+		dt = tensor.Float32
+	}
 	randArr := func(std float64, shape ...int) *tensor.Array {
 		n := 1
 		for _, d := range shape {
@@ -43,7 +49,7 @@ func writeRandomMoE(t testing.TB, dir string, s moeShape) {
 				v[i] = float32(std * r.NormFloat64())
 			}
 		}
-		return tensor.FromFloat32(v, shape, tensor.Float32)
+		return tensor.FromFloat32(v, shape, dt)
 	}
 	d, qd, kvd := s.Hidden, s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
 	std := 1 / math.Sqrt(float64(d))
@@ -57,11 +63,17 @@ func writeRandomMoE(t testing.TB, dir string, s moeShape) {
 			a.Free()
 		}
 	}
-	write("model-embed.safetensors", map[string]*tensor.Array{
+	head := map[string]*tensor.Array{
 		"model.embed_tokens.weight": randArr(1, s.Vocab, d),
 		"model.norm.weight":         randArr(0, d),
 		"lm_head.weight":            randArr(std, s.Vocab, d),
-	})
+	}
+	if s.Bits != 0 {
+		w := head["lm_head.weight"]
+		head["lm_head.weight"], head["lm_head.scales"], head["lm_head.biases"] = tensor.Quantize(w, s.Group, s.Bits)
+		w.Free()
+	}
+	write("model-embed.safetensors", head)
 	for l := range s.Layers {
 		p := fmt.Sprintf("model.layers.%d.", l)
 		a := map[string]*tensor.Array{
@@ -74,6 +86,14 @@ func writeRandomMoE(t testing.TB, dir string, s moeShape) {
 			p + "self_attn.q_norm.weight":         randArr(0, s.HeadDim),
 			p + "self_attn.k_norm.weight":         randArr(0, s.HeadDim),
 			p + "mlp.gate.weight":                 randArr(std, s.Experts, d),
+		}
+		if s.Bits != 0 { // the dense projections quantized too, as in MLX checkpoints
+			for _, n := range []string{"q_proj", "k_proj", "v_proj", "o_proj"} {
+				base := p + "self_attn." + n
+				w := a[base+".weight"]
+				a[base+".weight"], a[base+".scales"], a[base+".biases"] = tensor.Quantize(w, s.Group, s.Bits)
+				w.Free()
+			}
 		}
 		for _, proj := range []struct {
 			name    string
@@ -104,7 +124,7 @@ func writeRandomMoE(t testing.TB, dir string, s moeShape) {
 		"vocab_size": s.Vocab, "rms_norm_eps": 1e-6, "tie_word_embeddings": false,
 		"rope_theta": 1e6, "eos_token_id": 2, "num_experts": s.Experts, "num_experts_per_tok": s.TopK,
 		"moe_intermediate_size": s.MoEInter, "norm_topk_prob": true, "decoder_sparse_step": 1,
-		"mlp_only_layers": []int{}, "torch_dtype": "float32",
+		"mlp_only_layers": []int{}, "torch_dtype": dt.String(),
 	}
 	if s.Bits != 0 {
 		cfg["quantization"] = map[string]any{"group_size": s.Group, "bits": s.Bits}

@@ -135,8 +135,9 @@ func bcastStrides(batch, src, strides []int) []int {
 // chain a[i, p]·b[p, j], p ascending from zero, each block's sum added to
 // c in turn. Every path below (gemvT and gemmFew for a few rows, gemm for
 // many) computes exactly that, and work is split over rows and columns
-// only. (Without AVX-512 the portable micro-kernel rounds the product and
-// the sum separately: the same order, other bits, on every path alike.)
+// only. (AVX2 runs the same FMA chains as AVX-512; without either the
+// portable micro-kernel rounds the product and the sum separately: the
+// same order, other bits, on every path alike.)
 
 // gemmDispatch computes c (m×n, dense) = A·B.
 func gemmDispatch(c []float32, a, b *mview, m, n, k int) {
@@ -394,6 +395,11 @@ func microKernel(kb int, a, b, c []float32, ldc int) {
 	if hasAVX512 {
 		_ = c[(mr-1)*ldc+nr-1]
 		sgemm8x32(kb, &a[0], &b[0], &c[0], ldc)
+		return
+	}
+	if hasAVX2 {
+		_ = c[(mr-1)*ldc+nr-1]
+		sgemm8x32Y(kb, &a[0], &b[0], &c[0], ldc)
 		return
 	}
 	var acc [mr * nr]float32

@@ -1,8 +1,8 @@
 package cpu
 
 // hasAVX2 reports AVX2, FMA and F16C (with the OS saving the YMM state):
-// the quantized matmul's AVX2 kernels (qmva_amd64.s) and the 16-bit
-// float widening (cvt_avx2_amd64.s) may run. Tests switch it off to
+// the quantized matmul's AVX2 kernels (qmva_amd64.s), the dense matmul
+// micro-kernel and the 16-bit float widening (avx2_amd64.s) may run. Tests switch it off to
 // exercise the portable code.
 var hasAVX2 = detectAVX2()
 
@@ -23,6 +23,12 @@ func detectAVX2() bool {
 	const avx2 = 1 << 5
 	return ebx7&avx2 != 0
 }
+
+// sgemm8x32Y is sgemm8x32 (the dense matmul micro-kernel) on AVX2, with
+// the same arithmetic per element; see avx2_amd64.s.
+//
+//go:noescape
+func sgemm8x32Y(kc int, a, b, c *float32, ldc int)
 
 // cvtBF16ToF32Y and cvtF16ToF32Y widen len(dst) bfloat16 or float16
 // values with AVX2 (F16C), exactly as cvtBF16ToF32 and cvtF16ToF32 do.

@@ -19,6 +19,7 @@ type expertFlags struct {
 	offload bool
 	cache   string
 	workers int
+	policy  string
 }
 
 // addExpertFlags registers --expert-offload, --expert-cache-bytes and
@@ -27,6 +28,7 @@ func addExpertFlags(fl *pflag.FlagSet, f *expertFlags) {
 	fl.BoolVar(&f.offload, "expert-offload", false, "keep MoE experts on disk and read the routed ones into a bounded cache (output unchanged)")
 	fl.StringVar(&f.cache, "expert-cache-bytes", "", "expert cache size with --expert-offload (4GiB, 512MB, 1e9; implies --expert-offload; default: a quarter of the experts)")
 	fl.IntVar(&f.workers, "expert-io-workers", 4, "concurrent expert reads with --expert-offload")
+	fl.StringVar(&f.policy, "expert-cache-policy", "lru", "expert eviction: lru (one least-recently-used order) or per-layer (the budget split evenly between layers' banks)")
 }
 
 // streaming returns the load options the flags ask for (nil: experts
@@ -40,6 +42,13 @@ func (f *expertFlags) streaming(dir string) (*model.ExpertStreaming, error) {
 		return nil, fmt.Errorf("%w: --expert-io-workers must be ≥ 1", errUsage)
 	}
 	es := &model.ExpertStreaming{Workers: f.workers}
+	switch f.policy {
+	case "lru", "":
+	case "per-layer":
+		es.PerBank = true
+	default:
+		return nil, fmt.Errorf("%w: --expert-cache-policy %q (want lru or per-layer)", errUsage, f.policy)
+	}
 	if f.cache != "" {
 		n, err := parseBytes(f.cache)
 		if err != nil {

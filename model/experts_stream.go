@@ -28,6 +28,11 @@ type ExpertStreaming struct {
 	CacheBytes int64
 	// Workers is the number of reads in flight at once (0: 4).
 	Workers int
+	// PerBank splits CacheBytes evenly between the expert banks (one
+	// matrix kind of one MoE layer), each evicting its own least recently
+	// used experts, so that one layer's pass never evicts another's. The
+	// default is one least-recently-used order over every bank.
+	PerBank bool
 }
 
 // ExpertStats counts what expert streaming did (Loaded.ExpertStats). An
@@ -96,6 +101,9 @@ type streamBank struct {
 	in, out int
 	// active holds the slots a SwitchGLU pass pinned for this bank (Load).
 	active map[int]*expertSlot
+	// lru and resident are the bank's own order and bytes (PerBank).
+	lru      *list.List
+	resident int64
 }
 
 type slotKey struct{ bank, expert int }
@@ -110,23 +118,30 @@ type expertSlot struct {
 	err   error
 	lin   *Linear // made on the compute goroutine from bufs
 	pins  int
-	elem  *list.Element
+	elem  *list.Element // in the store's order
+	belem *list.Element // in the bank's order
 	bytes int64
 }
 
 // expertStore is a model's expert cache and its readers.
 type expertStore struct {
-	mu     sync.Mutex
-	budget int64
-	be     tensor.Backend
-	cast   tensor.DType
-	files  map[string]*os.File
-	slots  map[slotKey]*expertSlot
-	lru    *list.List // front: most recently used
-	banks  []*streamBank
-	stats  ExpertStats
-	jobs   chan *expertSlot
-	failed int // slots whose read failed, still in slots
+	mu      sync.Mutex
+	budget  int64
+	perBank bool
+	be      tensor.Backend
+	cast    tensor.DType
+	files   map[string]*os.File
+	slots   map[slotKey]*expertSlot
+	lru     *list.List // front: most recently used
+	banks   []*streamBank
+	stats   ExpertStats
+	jobs    chan *expertSlot
+	failed  int // slots whose read failed, still in slots
+	// pool holds freed read regions by size (recycle), pooled bytes in
+	// all; nil once closed.
+	poolMu sync.Mutex
+	pool   map[int][]region
+	pooled int64
 	wg     sync.WaitGroup
 	closed bool
 }
@@ -137,9 +152,9 @@ func newExpertStore(opts *ExpertStreaming, be tensor.Backend, cast tensor.DType)
 		workers = 4
 	}
 	s := &expertStore{
-		budget: max(opts.CacheBytes, 0), be: be, cast: cast,
+		budget: max(opts.CacheBytes, 0), perBank: opts.PerBank, be: be, cast: cast,
 		files: map[string]*os.File{}, slots: map[slotKey]*expertSlot{}, lru: list.New(),
-		jobs: make(chan *expertSlot, 1024),
+		jobs: make(chan *expertSlot, 1024), pool: map[int][]region{},
 	}
 	s.stats.BudgetBytes = s.budget
 	for range workers {
@@ -161,7 +176,7 @@ func (s *expertStore) reader() {
 		for _, p := range parts {
 			total += (int(p.n) + 63) &^ 63 // each part 64-byte aligned
 		}
-		mem, free := expertMemory(total)
+		mem, free := s.memory(total)
 		at := 0
 		for i, p := range parts {
 			b := mem[at : at+int(p.n) : at+int(p.n)]
@@ -178,13 +193,50 @@ func (s *expertStore) reader() {
 		if err != nil {
 			s.failed++
 		}
-		sl.bufs, sl.err, sl.free = bufs, err, free
+		sl.bufs, sl.err, sl.free = bufs, err, func() { s.recycle(mem, free) }
 		if err != nil {
 			sl.dropBufs()
 		}
 		s.mu.Unlock()
 		close(sl.done)
 	}
+}
+
+// region is read-buffer memory and the function that frees it.
+type region struct {
+	mem  []byte
+	free func()
+}
+
+// memory returns n bytes for a read: a recycled region of that size, or
+// fresh memory (expertMemory).
+func (s *expertStore) memory(n int) ([]byte, func()) {
+	s.poolMu.Lock()
+	if rs := s.pool[n]; len(rs) > 0 {
+		r := rs[len(rs)-1]
+		s.pool[n] = rs[:len(rs)-1]
+		s.pooled -= int64(n)
+		s.poolMu.Unlock()
+		return r.mem, r.free
+	}
+	s.poolMu.Unlock()
+	return expertMemory(n)
+}
+
+// recycle keeps a freed region for the next read of its size while the
+// pool holds less than an eighth of the budget (so that a miss reuses
+// mapped pages instead of faulting fresh ones), and frees it otherwise
+// (or once the store is closed).
+func (s *expertStore) recycle(mem []byte, free func()) {
+	s.poolMu.Lock()
+	if s.pool != nil && s.pooled+int64(len(mem)) <= s.budget/8 {
+		s.pool[len(mem)] = append(s.pool[len(mem)], region{mem, free})
+		s.pooled += int64(len(mem))
+		s.poolMu.Unlock()
+		return
+	}
+	s.poolMu.Unlock()
+	free()
 }
 
 // file returns the store's read handle on path.
@@ -215,6 +267,7 @@ func (s *expertStore) request(b *streamBank, e int) *expertSlot {
 	if ok {
 		s.stats.Hits++
 		s.lru.MoveToFront(sl.elem)
+		b.lru.MoveToFront(sl.belem)
 		sl.pins++
 		s.mu.Unlock()
 		return sl
@@ -228,16 +281,17 @@ func (s *expertStore) request(b *streamBank, e int) *expertSlot {
 	for _, p := range b.parts[e] {
 		sl.bytes += p.n
 	}
-	sl.elem = s.lru.PushFront(sl)
+	sl.elem, sl.belem = s.lru.PushFront(sl), b.lru.PushFront(sl)
 	s.slots[k] = sl
-	s.grow(sl.bytes)
+	s.grow(sl.bank, sl.bytes)
 	s.mu.Unlock()
 	s.jobs <- sl
 	return sl
 }
 
-// grow adds n resident bytes (mu held).
-func (s *expertStore) grow(n int64) {
+// grow adds n resident bytes to b (mu held).
+func (s *expertStore) grow(b *streamBank, n int64) {
+	b.resident += n
 	s.stats.ResidentBytes += n
 	s.stats.PeakResidentBytes = max(s.stats.PeakResidentBytes, s.stats.ResidentBytes)
 }
@@ -279,7 +333,7 @@ func (s *expertStore) ready(sl *expertSlot) *Linear {
 	}
 	s.mu.Lock()
 	sl.lin = l
-	s.grow(size - sl.bytes)
+	s.grow(b, size-sl.bytes)
 	sl.bytes = size
 	s.mu.Unlock()
 	return l
@@ -292,22 +346,52 @@ func (s *expertStore) release(slots ...*expertSlot) {
 		sl.pins--
 	}
 	var drop []*expertSlot
+	evict := func(sl *expertSlot) {
+		s.lru.Remove(sl.elem)
+		sl.bank.lru.Remove(sl.belem)
+		delete(s.slots, sl.key)
+		s.grow(sl.bank, -sl.bytes)
+		s.stats.Evictions++
+		if sl.err != nil {
+			s.failed--
+		}
+		drop = append(drop, sl)
+	}
+	free := func(sl *expertSlot) bool { return sl.pins == 0 && isDone(sl) }
 	// failed reads are dropped whatever the budget, so that a later pass
 	// reads again
-	for e := s.lru.Back(); e != nil && (s.stats.ResidentBytes > s.budget || s.failed > 0); {
+	for e := s.lru.Back(); e != nil && s.failed > 0; {
 		prev := e.Prev()
-		sl := e.Value.(*expertSlot)
-		if sl.pins == 0 && isDone(sl) && (s.stats.ResidentBytes > s.budget || sl.err != nil) {
-			s.lru.Remove(e)
-			delete(s.slots, sl.key)
-			s.stats.ResidentBytes -= sl.bytes
-			s.stats.Evictions++
-			if sl.err != nil {
-				s.failed--
-			}
-			drop = append(drop, sl)
+		if sl := e.Value.(*expertSlot); sl.err != nil && free(sl) {
+			evict(sl)
 		}
 		e = prev
+	}
+	if s.perBank {
+		share := s.budget / int64(max(len(s.banks), 1))
+		seen := map[*streamBank]bool{}
+		for _, sl := range slots {
+			b := sl.bank
+			if seen[b] {
+				continue
+			}
+			seen[b] = true
+			for e := b.lru.Back(); e != nil && b.resident > share; {
+				prev := e.Prev()
+				if sl := e.Value.(*expertSlot); free(sl) {
+					evict(sl)
+				}
+				e = prev
+			}
+		}
+	} else {
+		for e := s.lru.Back(); e != nil && s.stats.ResidentBytes > s.budget; {
+			prev := e.Prev()
+			if sl := e.Value.(*expertSlot); free(sl) {
+				evict(sl)
+			}
+			e = prev
+		}
 	}
 	s.mu.Unlock()
 	for _, sl := range drop {
@@ -362,10 +446,22 @@ func (s *expertStore) close() {
 	}
 	s.slots, s.stats.ResidentBytes = map[slotKey]*expertSlot{}, 0
 	s.lru.Init()
+	for _, b := range s.banks {
+		b.lru.Init()
+		b.resident = 0
+	}
 	for _, f := range s.files {
 		_ = f.Close()
 	}
 	s.files = map[string]*os.File{}
+	s.poolMu.Lock()
+	for _, rs := range s.pool {
+		for _, r := range rs {
+			r.free()
+		}
+	}
+	s.pool, s.pooled = nil, 0
+	s.poolMu.Unlock()
 }
 
 // Quantized implements ExpertBank.

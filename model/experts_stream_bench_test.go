@@ -51,17 +51,25 @@ func benchMoE(b *testing.B) string {
 }
 
 // BenchmarkExpertStreamingDecode decodes with the experts resident and
-// streamed through caches of 25 %, 50 % and 100 % of their bytes,
+// streamed through caches of 25 % (one LRU order, and split per bank),
+// 50 % and 100 % of their bytes,
 // reporting tokens/s, the hit rate and the bytes read per token (the
 // checkpoint sits in the page cache: this measures the streaming path,
 // not the disk). Each op is one decoded token, after a 32-token prefill
 // and 32 warm-up steps.
 func BenchmarkExpertStreamingDecode(b *testing.B) {
 	dir := benchMoE(b)
-	for _, share := range []int{0, 25, 50, 100} {
+	for _, c := range []struct {
+		share   int
+		perBank bool
+	}{{0, false}, {25, false}, {25, true}, {50, false}, {100, false}} {
+		share := c.share
 		name := "resident"
 		if share > 0 {
 			name = fmt.Sprintf("stream%d", share)
+		}
+		if c.perBank {
+			name += "-perbank"
 		}
 		b.Run(name, func(b *testing.B) {
 			opts := &model.LoadOptions{}
@@ -71,7 +79,7 @@ func BenchmarkExpertStreamingDecode(b *testing.B) {
 			}
 			po := model.PlanOptions{Context: 128, Memory: 1 << 40}
 			if share > 0 {
-				opts.Experts = &model.ExpertStreaming{CacheBytes: probe.ExpertBytes * int64(share) / 100}
+				opts.Experts = &model.ExpertStreaming{CacheBytes: probe.ExpertBytes * int64(share) / 100, PerBank: c.perBank}
 				po.Stream, po.ExpertCacheBytes = true, opts.Experts.CacheBytes
 			}
 			plan, err := model.PlanMemory(dir, po)

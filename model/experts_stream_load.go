@@ -1,6 +1,7 @@
 package model
 
 import (
+	"container/list"
 	"fmt"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -71,7 +72,7 @@ func (w *Weights) part(r streamRange, experts, e int, lo, n int64, shape []int) 
 // newStreamBank registers a bank with the store.
 func (w *Weights) newStreamBank(experts, in, out int, parts [][]expertPart) *streamBank {
 	s := w.stream
-	b := &streamBank{store: s, id: len(s.banks), n: experts, parts: parts, in: in, out: out}
+	b := &streamBank{store: s, id: len(s.banks), n: experts, parts: parts, in: in, out: out, lru: list.New()}
 	s.banks = append(s.banks, b)
 	for _, ps := range parts {
 		for _, p := range ps {

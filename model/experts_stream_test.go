@@ -97,9 +97,13 @@ func TestExpertStreamingMatchesResident(t *testing.T) {
 				t.Fatalf("no experts streamed: %+v", st)
 			}
 			one := st.TotalBytes / int64(st.Experts)
-			for _, budget := range []int64{0, 3 * one, st.TotalBytes / 4, math.MaxInt64} {
+			for _, c := range []struct {
+				budget  int64
+				perBank bool
+			}{{0, false}, {3 * one, false}, {st.TotalBytes / 4, false}, {st.TotalBytes / 4, true}, {math.MaxInt64, false}} {
+				budget := c.budget
 				live := tensor.LiveArrays()
-				m, err := model.Load(dir, &model.LoadOptions{Experts: &model.ExpertStreaming{CacheBytes: budget, Workers: 2}})
+				m, err := model.Load(dir, &model.LoadOptions{Experts: &model.ExpertStreaming{CacheBytes: budget, Workers: 2, PerBank: c.perBank}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -135,7 +139,7 @@ func TestExpertStreamingMatchesResident(t *testing.T) {
 				if budget == 0 && s.Hits != 0 {
 					t.Errorf("budget 0: %d hits (nothing should stay resident between blocks)", s.Hits)
 				}
-				t.Logf("budget %d of %d: hits %d misses %d read %d evictions %d peak %d", budget, s.TotalBytes, s.Hits, s.Misses, s.BytesRead, s.Evictions, s.PeakResidentBytes)
+				t.Logf("budget %d of %d (per bank %v): hits %d misses %d read %d evictions %d peak %d", budget, s.TotalBytes, c.perBank, s.Hits, s.Misses, s.BytesRead, s.Evictions, s.PeakResidentBytes)
 				if err := m.Close(); err != nil {
 					t.Fatal(err)
 				}

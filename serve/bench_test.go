@@ -62,7 +62,7 @@ func BenchmarkServedVsDirect(b *testing.B) {
 		var first, last time.Time
 		for sc.Scan() {
 			line := sc.Text()
-			if !strings.HasPrefix(line, `data: {"choices":[{"delta":{"content":"`) || strings.Contains(line, `"role"`) {
+			if !strings.HasPrefix(line, `data: {`) || !strings.Contains(line, `"delta":{"content":"`) || strings.Contains(line, `"role"`) {
 				continue
 			}
 			now := time.Now()

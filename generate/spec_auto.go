@@ -14,8 +14,8 @@ const DefaultAutoMaxDraft = 8
 // draft's time per drafted token. A round with γ drafts yields
 // E(γ) = (1 − α^(γ+1)) / (1 − α) tokens and costs T(γ+1) + γ·c.
 // Estimates are exponential moving averages, so γ follows a context whose
-// predictability changes; γ = 0 (plain decoding) is probed with one draft
-// every few rounds so that α stays measured.
+// predictability changes; every 8th round drafts one token more than the
+// choice (so that γ = 0, plain decoding, still measures α).
 type autoGamma struct {
 	max int
 	// acceptance: EMA of accepted drafts and of draft positions tried
@@ -26,7 +26,7 @@ type autoGamma struct {
 	// draft: EMA of seconds per drafted token
 	draftSec float64
 	draftN   bool
-	zeros    int // consecutive rounds at γ = 0
+	rounds   int
 }
 
 func newAutoGamma(max int) *autoGamma {
@@ -114,12 +114,10 @@ func (a *autoGamma) pick(pending int) int {
 			best, bestRate = g, rate
 		}
 	}
-	if best == 0 {
-		if a.zeros++; a.zeros%8 == 0 {
-			return 1 // probe, so that α stays measured
-		}
-		return 0
+	// every 8th round tries one draft more than the best, so that α stays
+	// measured when not drafting and the cost line sees larger sizes
+	if a.rounds++; a.rounds%8 == 0 {
+		return min(best+1, a.max)
 	}
-	a.zeros = 0
 	return best
 }

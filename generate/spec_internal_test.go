@@ -168,6 +168,9 @@ func TestAutoGamma(t *testing.T) {
 	if zeros != 14 {
 		t.Errorf("nothing accepted: %d of 16 rounds without drafts, want 14 (two probes)", zeros)
 	}
+	if g := a.pick(1); g < 6 { // the probe round of a, too, drafts long
+		t.Errorf("probe: γ %d", g)
+	}
 	c := newAutoGamma(8)
 	feed(c, 0.5, 0.1, 0.05)
 	if g := c.pick(1); g < 1 || g > 3 {

@@ -16,10 +16,11 @@ import (
 // expertFlags are the expert streaming flags of the verbs that load a
 // model (generate, serve, bench).
 type expertFlags struct {
-	offload bool
-	cache   string
-	workers int
-	policy  string
+	offload  bool
+	cache    string
+	workers  int
+	policy   string
+	prefetch bool
 }
 
 // addExpertFlags registers --expert-offload, --expert-cache-bytes and
@@ -28,6 +29,7 @@ func addExpertFlags(fl *pflag.FlagSet, f *expertFlags) {
 	fl.BoolVar(&f.offload, "expert-offload", false, "keep MoE experts on disk and read the routed ones into a bounded cache (output unchanged)")
 	fl.StringVar(&f.cache, "expert-cache-bytes", "", "expert cache size with --expert-offload (4GiB, 512MB, 1e9; implies --expert-offload; default: a quarter of the experts)")
 	fl.IntVar(&f.workers, "expert-io-workers", 4, "concurrent expert reads with --expert-offload")
+	fl.BoolVar(&f.prefetch, "expert-prefetch", false, "with --expert-offload, read the next MoE layer's likely experts ahead (its router applied to this layer's input)")
 	fl.StringVar(&f.policy, "expert-cache-policy", "lru", "expert eviction: lru (one least-recently-used order) or per-layer (the budget split evenly between layers' banks)")
 }
 
@@ -41,7 +43,7 @@ func (f *expertFlags) streaming(dir string) (*model.ExpertStreaming, error) {
 	if f.workers < 1 {
 		return nil, fmt.Errorf("%w: --expert-io-workers must be ≥ 1", errUsage)
 	}
-	es := &model.ExpertStreaming{Workers: f.workers}
+	es := &model.ExpertStreaming{Workers: f.workers, Prefetch: f.prefetch}
 	switch f.policy {
 	case "lru", "":
 	case "per-layer":

@@ -61,7 +61,7 @@ func TestGenerateExpertOffload(t *testing.T) {
 		if e == nil || e.Misses == 0 || e.BytesRead == 0 || e.ResidentBytes > e.BudgetBytes {
 			t.Errorf("%s: experts %+v", fx, e)
 		}
-		if pl := gen("--expert-cache-bytes", itoa(probe.Stats.Experts.TotalBytes/5), "--expert-cache-policy", "per-layer"); !slices.Equal(pl.IDs, res.IDs) {
+		if pl := gen("--expert-cache-bytes", itoa(probe.Stats.Experts.TotalBytes/5), "--expert-cache-policy", "per-layer", "--expert-prefetch"); !slices.Equal(pl.IDs, res.IDs) {
 			t.Errorf("%s: per-layer policy ids %v, resident %v", fx, pl.IDs, res.IDs)
 		}
 	}

@@ -28,6 +28,12 @@ type ExpertStreaming struct {
 	CacheBytes int64
 	// Workers is the number of reads in flight at once (0: 4).
 	Workers int
+	// Prefetch, at each MoE layer, routes the layer's input through the
+	// next MoE layer's router and queues reads of the experts it picks, so
+	// that they load while this layer and the next attention compute. It
+	// is a guess (the next layer routes its own input); results are
+	// unchanged, only what is read and when.
+	Prefetch bool
 	// PerBank splits CacheBytes evenly between the expert banks (one
 	// matrix kind of one MoE layer), each evicting its own least recently
 	// used experts, so that one layer's pass never evicts another's. The
@@ -58,6 +64,10 @@ type ExpertStats struct {
 	Experts    int   `json:"experts"`
 	// Blocks counts MoE block passes that loaded their experts together.
 	Blocks int64 `json:"blocks"`
+	// Prefetched counts experts read ahead (ExpertStreaming.Prefetch),
+	// PrefetchUsed those a later pass asked for before they were evicted.
+	Prefetched   int64 `json:"prefetched"`
+	PrefetchUsed int64 `json:"prefetch_used"`
 }
 
 // ExpertStats reports the expert streaming counters; ok is false when the
@@ -121,22 +131,42 @@ type expertSlot struct {
 	elem  *list.Element // in the store's order
 	belem *list.Element // in the bank's order
 	bytes int64
+	// ahead marks a slot read by prefetch and not yet asked for.
+	ahead bool
+}
+
+// prefetchHint is what a MoE layer knows of the next one.
+type prefetchHint struct {
+	experts *SwitchGLU
+	router  Projection
+	topK    int
+}
+
+// link records, while layers load in order, each SwitchGLU's successor
+// (the hint Prefetch follows).
+func (s *expertStore) link(g *SwitchGLU, router Projection, topK int) {
+	if s.prefetch && s.last != nil {
+		s.last.next = &prefetchHint{experts: g, router: router, topK: topK}
+	}
+	s.last = g
 }
 
 // expertStore is a model's expert cache and its readers.
 type expertStore struct {
-	mu      sync.Mutex
-	budget  int64
-	perBank bool
-	be      tensor.Backend
-	cast    tensor.DType
-	files   map[string]*os.File
-	slots   map[slotKey]*expertSlot
-	lru     *list.List // front: most recently used
-	banks   []*streamBank
-	stats   ExpertStats
-	jobs    chan *expertSlot
-	failed  int // slots whose read failed, still in slots
+	mu       sync.Mutex
+	budget   int64
+	perBank  bool
+	prefetch bool
+	last     *SwitchGLU // the last MoE layer loaded (link)
+	be       tensor.Backend
+	cast     tensor.DType
+	files    map[string]*os.File
+	slots    map[slotKey]*expertSlot
+	lru      *list.List // front: most recently used
+	banks    []*streamBank
+	stats    ExpertStats
+	jobs     chan *expertSlot
+	failed   int // slots whose read failed, still in slots
 	// pool holds freed read regions by size (recycle), pooled bytes in
 	// all; nil once closed.
 	poolMu sync.Mutex
@@ -152,7 +182,7 @@ func newExpertStore(opts *ExpertStreaming, be tensor.Backend, cast tensor.DType)
 		workers = 4
 	}
 	s := &expertStore{
-		budget: max(opts.CacheBytes, 0), perBank: opts.PerBank, be: be, cast: cast,
+		budget: max(opts.CacheBytes, 0), perBank: opts.PerBank, prefetch: opts.Prefetch, be: be, cast: cast,
 		files: map[string]*os.File{}, slots: map[slotKey]*expertSlot{}, lru: list.New(),
 		jobs: make(chan *expertSlot, 1024), pool: map[int][]region{},
 	}
@@ -266,6 +296,10 @@ func (s *expertStore) request(b *streamBank, e int) *expertSlot {
 	sl, ok := s.slots[k]
 	if ok {
 		s.stats.Hits++
+		if sl.ahead {
+			sl.ahead = false
+			s.stats.PrefetchUsed++
+		}
 		s.lru.MoveToFront(sl.elem)
 		b.lru.MoveToFront(sl.belem)
 		sl.pins++
@@ -287,6 +321,27 @@ func (s *expertStore) request(b *streamBank, e int) *expertSlot {
 	s.mu.Unlock()
 	s.jobs <- sl
 	return sl
+}
+
+// ahead queues the read of expert e of b unless it is resident or being
+// read; the slot is not pinned, and counts as neither hit nor miss.
+func (s *expertStore) ahead(b *streamBank, e int) {
+	s.mu.Lock()
+	k := slotKey{b.id, e}
+	if _, ok := s.slots[k]; ok || s.closed || e < 0 || e >= b.n {
+		s.mu.Unlock()
+		return
+	}
+	sl := &expertSlot{key: k, bank: b, done: make(chan struct{}), ahead: true}
+	for _, p := range b.parts[e] {
+		sl.bytes += p.n
+	}
+	sl.elem, sl.belem = s.lru.PushFront(sl), b.lru.PushFront(sl)
+	s.slots[k] = sl
+	s.grow(b, sl.bytes)
+	s.stats.Prefetched++
+	s.mu.Unlock()
+	s.jobs <- sl
 }
 
 // grow adds n resident bytes to b (mu held).
@@ -592,7 +647,7 @@ func groupSlots(ids []int32, n int) (used []int, slots map[int][]int) {
 // every streamed bank of s, queueing the gate bank's reads first, then
 // up's, then down's, so that later banks read while earlier ones compute.
 // It returns the function that unpins them (nil when no bank streams).
-func (s *SwitchGLU) loadRouted(inds *tensor.Array) func() {
+func (s *SwitchGLU) loadRouted(x, inds *tensor.Array) func() {
 	var banks []*streamBank
 	for _, b := range []ExpertBank{s.Gate, s.Up, s.Down} {
 		if sb, ok := b.(*streamBank); ok && sb.active == nil {
@@ -619,10 +674,43 @@ func (s *SwitchGLU) loadRouted(inds *tensor.Array) func() {
 	st.mu.Lock()
 	st.stats.Blocks++
 	st.mu.Unlock()
+	if h := s.next; h != nil {
+		h.prefetch(x)
+	}
 	return func() {
 		for _, b := range banks {
 			b.active = nil
 		}
 		st.release(pinned...)
+	}
+}
+
+// prefetch routes x through the next layer's router and queues reads of
+// the experts its top k pick, in every streamed bank of that layer.
+func (h *prefetchHint) prefetch(x *tensor.Array) {
+	var banks []*streamBank
+	for _, b := range []ExpertBank{h.experts.Gate, h.experts.Up, h.experts.Down} {
+		if sb, ok := b.(*streamBank); ok {
+			banks = append(banks, sb)
+		}
+	}
+	if len(banks) == 0 || h.router == nil || h.topK < 1 {
+		return
+	}
+	var ids []int32
+	func() {
+		sc := tensor.NewScope()
+		defer sc.Close()
+		logits := h.router.Forward(x)
+		if k := min(h.topK, logits.Dim(-1)); k > 0 {
+			inds, _ := TopKRouting(tensor.AsType(logits, tensor.Float32), k)
+			ids = hostIDs(inds)
+		}
+	}()
+	used, _ := groupSlots(ids, banks[0].n)
+	for _, b := range banks {
+		for _, e := range used {
+			b.store.ahead(b, e)
+		}
 	}
 }

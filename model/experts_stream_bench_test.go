@@ -51,8 +51,8 @@ func benchMoE(b *testing.B) string {
 }
 
 // BenchmarkExpertStreamingDecode decodes with the experts resident and
-// streamed through caches of 25 % (one LRU order, and split per bank),
-// 50 % and 100 % of their bytes,
+// streamed through caches of 25 % (one LRU order, split per bank, and
+// with prefetch), 50 % and 100 % of their bytes,
 // reporting tokens/s, the hit rate and the bytes read per token (the
 // checkpoint sits in the page cache: this measures the streaming path,
 // not the disk). Each op is one decoded token, after a 32-token prefill
@@ -60,9 +60,9 @@ func benchMoE(b *testing.B) string {
 func BenchmarkExpertStreamingDecode(b *testing.B) {
 	dir := benchMoE(b)
 	for _, c := range []struct {
-		share   int
-		perBank bool
-	}{{0, false}, {25, false}, {25, true}, {50, false}, {100, false}} {
+		share             int
+		perBank, prefetch bool
+	}{{0, false, false}, {25, false, false}, {25, true, false}, {25, false, true}, {50, false, false}, {100, false, false}} {
 		share := c.share
 		name := "resident"
 		if share > 0 {
@@ -70,6 +70,9 @@ func BenchmarkExpertStreamingDecode(b *testing.B) {
 		}
 		if c.perBank {
 			name += "-perbank"
+		}
+		if c.prefetch {
+			name += "-prefetch"
 		}
 		b.Run(name, func(b *testing.B) {
 			opts := &model.LoadOptions{}
@@ -79,7 +82,7 @@ func BenchmarkExpertStreamingDecode(b *testing.B) {
 			}
 			po := model.PlanOptions{Context: 128, Memory: 1 << 40}
 			if share > 0 {
-				opts.Experts = &model.ExpertStreaming{CacheBytes: probe.ExpertBytes * int64(share) / 100, PerBank: c.perBank}
+				opts.Experts = &model.ExpertStreaming{CacheBytes: probe.ExpertBytes * int64(share) / 100, PerBank: c.perBank, Prefetch: c.prefetch}
 				po.Stream, po.ExpertCacheBytes = true, opts.Experts.CacheBytes
 			}
 			plan, err := model.PlanMemory(dir, po)
@@ -134,6 +137,9 @@ func BenchmarkExpertStreamingDecode(b *testing.B) {
 				}
 				b.ReportMetric(float64(s.BytesRead)/float64(b.N), "read_B/tok")
 				b.ReportMetric(float64(s.PeakResidentBytes), "peak_expert_B")
+				if s.Prefetched > 0 {
+					b.ReportMetric(float64(s.PrefetchUsed)/float64(s.Prefetched), "prefetch_used")
+				}
 			}
 			// resident set now (mapped weights touched, expert cache, Go
 			// heap) beside the plan's total less its fixed runtime reserve

@@ -4,11 +4,13 @@ import (
 	"encoding/binary"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/model/modeltest"
 	"github.com/mlxgo/mlxgo/tensor"
+	"github.com/mlxgo/mlxgo/tensor/safetensors"
 )
 
 // moeFixtures are the fixture folders whose models route tokens to
@@ -98,12 +100,13 @@ func TestExpertStreamingMatchesResident(t *testing.T) {
 			}
 			one := st.TotalBytes / int64(st.Experts)
 			for _, c := range []struct {
-				budget  int64
-				perBank bool
-			}{{0, false}, {3 * one, false}, {st.TotalBytes / 4, false}, {st.TotalBytes / 4, true}, {math.MaxInt64, false}} {
+				budget            int64
+				perBank, prefetch bool
+			}{{0, false, false}, {3 * one, false, false}, {st.TotalBytes / 4, false, false}, {st.TotalBytes / 4, true, false},
+				{st.TotalBytes / 2, false, true}, {math.MaxInt64, false, false}} {
 				budget := c.budget
 				live := tensor.LiveArrays()
-				m, err := model.Load(dir, &model.LoadOptions{Experts: &model.ExpertStreaming{CacheBytes: budget, Workers: 2, PerBank: c.perBank}})
+				m, err := model.Load(dir, &model.LoadOptions{Experts: &model.ExpertStreaming{CacheBytes: budget, Workers: 2, PerBank: c.perBank, Prefetch: c.prefetch}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -136,10 +139,13 @@ func TestExpertStreamingMatchesResident(t *testing.T) {
 				} else if s.Evictions == 0 && s.BytesRead >= s.TotalBytes {
 					t.Errorf("budget %d: nothing evicted: %+v", budget, s)
 				}
+				if c.prefetch && moeLayers(t, dir) > 1 && s.Prefetched == 0 {
+					t.Errorf("prefetch read nothing ahead: %+v", s)
+				}
 				if budget == 0 && s.Hits != 0 {
 					t.Errorf("budget 0: %d hits (nothing should stay resident between blocks)", s.Hits)
 				}
-				t.Logf("budget %d of %d (per bank %v): hits %d misses %d read %d evictions %d peak %d", budget, s.TotalBytes, c.perBank, s.Hits, s.Misses, s.BytesRead, s.Evictions, s.PeakResidentBytes)
+				t.Logf("budget %d of %d (per bank %v, prefetch %d used %d): hits %d misses %d read %d evictions %d peak %d", budget, s.TotalBytes, c.perBank, s.Prefetched, s.PrefetchUsed, s.Hits, s.Misses, s.BytesRead, s.Evictions, s.PeakResidentBytes)
 				if err := m.Close(); err != nil {
 					t.Fatal(err)
 				}
@@ -149,4 +155,21 @@ func TestExpertStreamingMatchesResident(t *testing.T) {
 			}
 		})
 	}
+}
+
+// moeLayers counts a fixture's MoE layers by their router weights.
+func moeLayers(t *testing.T, dir string) int {
+	t.Helper()
+	set, err := safetensors.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	n := 0
+	for _, name := range set.Names() {
+		if strings.HasSuffix(name, ".mlp.gate.weight") {
+			n++
+		}
+	}
+	return n
 }

@@ -80,5 +80,8 @@ func (w *Weights) SparseMoE(name string, dim, hidden, experts, topK int, normTop
 		src := w.must(of("gate_proj")(0) + ".weight")
 		w.wrapBanks(strings.TrimSuffix(src, ".experts.0.gate_proj.weight"), src, m.Experts)
 	}
+	if w.stream != nil {
+		w.stream.link(m.Experts, m.Router, topK)
+	}
 	return m
 }

@@ -160,6 +160,9 @@ type SwitchGLU struct {
 	Gate, Up, Down ExpertBank
 	// Act is the gate activation (nil: SiLU).
 	Act func(*tensor.Array) *tensor.Array
+	// next is the following MoE layer's experts and router, for
+	// prefetching streamed experts (ExpertStreaming.Prefetch).
+	next *prefetchHint
 }
 
 // Forward computes the experts' outputs for x [..., D] and inds [..., k]
@@ -169,7 +172,7 @@ func (s *SwitchGLU) Forward(x, inds *tensor.Array) *tensor.Array {
 	if x.NDim() != inds.NDim() || !equalInts(x.Shape()[:x.NDim()-1], inds.Shape()[:inds.NDim()-1]) {
 		panic(&tensor.Error{Op: "SwitchGLU", Err: fmt.Errorf("%w: x %v, indices %v", tensor.ErrShape, x.Shape(), inds.Shape())})
 	}
-	if release := s.loadRouted(inds); release != nil {
+	if release := s.loadRouted(x, inds); release != nil {
 		defer release()
 	}
 	sc := tensor.NewScope()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -560,5 +561,51 @@ func TestSpecEarlyExit(t *testing.T) {
 	}
 	if last == nil || s.Stats().StopReason != generate.StopCancelled {
 		t.Errorf("cancelled: %v, %s", last, s.Stats().StopReason)
+	}
+}
+
+// TestSpecEveryFixture: on every model fixture (sliding windows,
+// recurrent Gated DeltaNet layers, MLA, MoE, shared KV), greedy
+// speculative decoding by prompt lookup and by a draft model with
+// recurrent layers of its own (qwen3_5, so the drafter restores
+// snapshots too) yields plain greedy's tokens.
+func TestSpecEveryFixture(t *testing.T) {
+	t.Cleanup(tensortest.NoLeaks(t))
+	ents, err := os.ReadDir(fixtures)
+	if err != nil {
+		t.Fatal(err)
+	}
+	draft := loadModel(t, filepath.Join(fixtures, "qwen3_5", "f32"), nil)
+	prompt := []int32{5, 9, 33, 7, 10, 5, 9, 33, 7, 1, 2, 3, 5, 9, 33, 7}
+	tested := 0
+	for _, e := range ents {
+		dir := filepath.Join(fixtures, e.Name(), "f32")
+		if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
+			continue
+		}
+		t.Run(e.Name(), func(t *testing.T) {
+			m := loadModel(t, dir, nil)
+			want, _, err := collect(t, m, prompt, &generate.Options{MaxTokens: 30})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sps := []*generate.Speculation{{Lookup: true, NumDraft: 4}}
+			if draft.VocabSize() == m.VocabSize() {
+				sps = append(sps, &generate.Speculation{Draft: draft, NumDraft: 3})
+			}
+			for _, sp := range sps {
+				got, _, err := collect(t, m, prompt, &generate.Options{MaxTokens: 30, Speculation: sp})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("draft model %v: differs from plain greedy at %d", sp.Draft != nil, firstDiff(got, want))
+				}
+			}
+		})
+		tested++
+	}
+	if tested < 10 {
+		t.Errorf("only %d fixtures found", tested)
 	}
 }

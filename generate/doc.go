@@ -34,6 +34,16 @@
 // pass, as a small prefill, instead of one decode step per token. The
 // grammar's optional JumpForwarder interface supplies the forced text.
 //
+// With Options.Speculation, decoding is speculative: a draft source
+// (prompt lookup, a draft model of the same vocabulary, or any Drafter)
+// proposes up to γ tokens, the target verifies them in one multi-token
+// forward pass, and the caches drop what it rejects (Trim, or a snapshot
+// restored and the kept tokens replayed for caches that cannot trim).
+// Greedy output is the output without speculation, token for token;
+// temperature > 0 uses speculative sampling, whose output has the
+// target's distribution. Stats.Speculation counts drafted and accepted
+// tokens, by position.
+//
 // PromptCache keeps snapshots of KV caches keyed by the tokens they hold,
 // so that a chat's next turn only prefills what is new, and StopMatcher
 // finds stop strings in streamed text while holding back the text that

@@ -412,6 +412,23 @@ func (s *Stream) verifyLogits(feed []int32, n int) (rows *tensor.Array, err erro
 func (s *Stream) acceptWalk(r *specRun, rows *tensor.Array, dr Draft) (toks []Token, accepted int, stop string, err error) {
 	q := s.q
 	drafts := dr.Tokens
+	// Greedy without a grammar or history penalties: every position's
+	// token depends on its row alone, so one sampler step over all rows
+	// (one read-back) gives what the walk would get row by row.
+	var all []sampler.Result
+	if !r.sampling && q.o.Sampler.Temperature == 0 && q.mask == nil && q.window == 0 && len(drafts) > 0 {
+		err := s.onBackend(func() error {
+			st, err := q.smp.Step(rows, nil, nil)
+			if err != nil {
+				return err
+			}
+			all = st.Results()
+			return nil
+		})
+		if err != nil {
+			return nil, 0, "", err
+		}
+	}
 	for i := 0; i <= len(drafts); i++ {
 		if err := q.fillMask(); err != nil {
 			return nil, 0, "", err
@@ -419,6 +436,11 @@ func (s *Stream) acceptWalk(r *specRun, rows *tensor.Array, dr Draft) (toks []To
 		var res sampler.Result
 		ok := false
 		err := s.onBackend(func() (err error) {
+			if all != nil {
+				res = all[i]
+				ok = i < len(drafts) && int32(res.Token) == drafts[i]
+				return nil
+			}
 			row := tensor.SliceAxis(rows, 0, i, i+1)
 			defer row.Free()
 			if r.sampling {

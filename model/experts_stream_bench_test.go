@@ -31,9 +31,13 @@ var (
 
 // benchMoE writes the benchmark checkpoint once per process (into
 // $MLXGO_BENCH_MOE_DIR when set, kept between runs; else a temporary
-// folder).
+// folder). $MLXGO_BENCH_MOE_LAYERS sets its layer count (48, Qwen3-30B-
+// A3B's, gives 4 GB of experts).
 func benchMoE(b *testing.B) string {
 	benchMoEOnce.Do(func() {
+		if n, err := strconv.Atoi(os.Getenv("MLXGO_BENCH_MOE_LAYERS")); err == nil && n > 0 {
+			benchMoEShape.Layers = n
+		}
 		dir := os.Getenv("MLXGO_BENCH_MOE_DIR")
 		if dir == "" {
 			d, err := os.MkdirTemp("", "mlxgo-bench-moe")

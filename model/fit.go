@@ -41,8 +41,8 @@ type PlanOptions struct {
 
 // Plan is a model's memory plan: what its weights, experts, caches and
 // transients take at a context and batch, against the memory there is.
-// Every size comes from the checkpoint's headers and config; no weight is
-// read.
+// Every size comes from the checkpoint's headers and config (see
+// PlanMemory for the few small tensors an architecture may read).
 type Plan struct {
 	ModelType string `json:"model_type"`
 	Context   int    `json:"context_tokens"`
@@ -102,9 +102,13 @@ type Plan struct {
 // PlanMemory plans the model in dir. It opens the checkpoint's headers
 // and builds the architecture over the unread mapping on the CPU backend
 // with experts streamed (so no expert is read, and dense tensors are
-// mapped, not touched, apart from the few small ones some architectures
-// fold at load), to learn each layer's cache from the same code that
-// makes it.
+// mapped, not touched, apart from those some architectures fold at load:
+// norm offsets, router scales, MLA's per-head split of kv_b_proj), to
+// learn each layer's cache from the same code that makes it. Estimates:
+// PrefillBytes (activations and one layer's float32 scores per chunk),
+// ReserveBytes (256 MiB and 2 % of the resident weights) and
+// PredictedDecodeTPS (bytes per step over BandwidthGBs, experts assumed
+// resident: misses add their reads).
 func PlanMemory(dir string, opts PlanOptions) (*Plan, error) {
 	cfg, err := ReadConfig(dir)
 	if err != nil {

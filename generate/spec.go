@@ -231,6 +231,9 @@ type specRun struct {
 	rnd      *SpecRand
 	auto     *autoGamma // nil: γ fixed
 	snap     cacheSnap
+	// firstToks are the tokens the first round emitted: those after its
+	// first one came without decode time of their own
+	firstToks int
 	st       SpecStats
 }
 
@@ -312,6 +315,9 @@ func (s *Stream) runSpec(yield func(Token, error) bool) error {
 			return err
 		}
 		q.noteRead(time.Now())
+		if r.st.TargetCalls == 1 {
+			r.firstToks = len(toks)
+		}
 		if r.auto != nil {
 			draftSec := t1.Sub(t0).Seconds()
 			if c, ok := d.(interface{ stepCost() float64 }); ok {
@@ -629,6 +635,9 @@ func (r *specRun) finishStats(q *seq) {
 		st.TokensPerForward = float64(gen) / float64(st.TargetCalls)
 	}
 	st.ForwardsSaved = gen - st.TargetCalls
+	if q.stats.DecodeMs > 0 { // the decode rate counts from the first round's last token
+		q.stats.DecodeTPS = float64(q.n-q.lead-max(r.firstToks-1, 0)) / (q.stats.DecodeMs / 1000)
+	}
 	if c, ok := r.drafter.(interface{ forwards() int }); ok {
 		st.DraftCalls = c.forwards()
 	}

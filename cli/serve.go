@@ -17,6 +17,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/kv"
+	"github.com/mlxgo/mlxgo/lora"
 	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/model/demo"
 	"github.com/mlxgo/mlxgo/serve"
@@ -58,6 +59,7 @@ type serveFlags struct {
 	responseBytes                                                          int64
 	embedPooling                                                           string
 	matryoshkaMin                                                          int
+	adapters                                                               []string
 }
 
 // listFlag is a repeatable flag whose values may also be comma-separated.
@@ -113,6 +115,8 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	fl.StringVar(&f.toolFormat, "tool-format", "", "tool-call syntax: hermes, gemma4 or llama3 (default: detected)")
 	fl.BoolVar(&f.copyWeights, "copy-weights", false, "copy weights into memory instead of mapping the files")
 	addExpertFlags(fl, &f.experts)
+	fl.StringArrayVar(&f.adapters, "adapter", nil, serveAdapterUsage)
+	fl.StringArrayVar(&f.adapters, "adapter-path", nil, "the same as --adapter")
 	fl.StringVar(&f.memoryBudget, "memory-budget", "", "memory the server plans to (8GiB): refuse to start when the model cannot fit, cap the context at the largest that fits, size the KV pool with what is left (default: MemAvailable, advisory)")
 	fl.StringVar(&f.apiKey, "api-key", "", "require this API key on every route but /health (Authorization: Bearer KEY or x-api-key: KEY)")
 	fl.StringVar(&f.apiKeyEnv, "api-key-env", "MLXGO_API_KEY", "environment variable holding the API key when --api-key is not given")
@@ -217,11 +221,14 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m, be, err := loadModelOpts(dir, f.backend, f.copyWeights, nil, es, stderr)
+	lm, be, err := loadServeModel(dir, f.backend, f.copyWeights, f.adapters, es, stderr)
 	if err != nil {
 		return err
 	}
-	defer m.Close()
+	defer lm.Close()
+	// the server picks each request's adapters; the model applies none by
+	// itself
+	var m model.Model = lm.With(lora.Selection{})
 	info := m.Info()
 	gen, err := serve.LoadGenerationConfig(dir)
 	if err != nil {
@@ -261,6 +268,7 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 		SSDCacheVerify: f.ssdVerify, ModelFingerprint: fp,
 		Plan: plan, ExpertStats: func() (model.ExpertStats, bool) { return expertStats(m) },
 		ResponseStoreTTL: f.responseTTL, ResponseStoreBytes: responseBytes, EmbeddingPooling: pooling, MatryoshkaMinDims: f.matryoshkaMin,
+		Adapters: lm,
 	})
 	if err != nil {
 		return err

@@ -306,7 +306,7 @@ func (s *Server) messagesPlan(req *messagesRequest) (*plan, *outputParser, error
 		return nil, nil, err
 	}
 	pl := &plan{promptText: text, prompt: ids}
-	f := samplingFields{Model: req.Model, MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, Stream: req.Stream}
+	f := samplingFields{Model: req.Model, MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, Stream: req.Stream, Adapter: req.Adapter}
 	if len(req.StopSequences) > 0 {
 		f.Stop, _ = json.Marshal(req.StopSequences)
 	}

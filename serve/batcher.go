@@ -119,19 +119,26 @@ func newBatchLane(e *engine) (*batchLane, error) {
 	}
 	bo := generate.BatchOptions{MaxRows: cfg.Batch, TokenBudget: max(chunk, cfg.Batch), Backend: cfg.Backend, Pool: pool}
 	var ssd *ssdTier
+	var l *batchLane
 	if cfg.SSDCacheDir != "" {
 		if ssd, err = newSSDTier(cfg, specs, e.log); err != nil {
 			pool.Free()
 			return nil, err
 		}
-		bo.Restore = ssd.restore
+		// rows with adapters neither snapshot nor restore (adapterPrompt)
+		bo.Restore = func(prompt []int32, caches []kv.Cache, held int) (int, error) {
+			if l.adapterPrompt(prompt) {
+				return held, nil
+			}
+			return ssd.restore(prompt, caches, held)
+		}
 	}
 	b, err := generate.NewBatch(cfg.Model, bo)
 	if err != nil {
 		pool.Free()
 		return nil, err
 	}
-	l := &batchLane{e: e, b: b, pool: pool, budget: blocks * per, rows: map[*generate.Row]*laneRow{}, ssd: ssd}
+	l = &batchLane{e: e, b: b, pool: pool, budget: blocks * per, rows: map[*generate.Row]*laneRow{}, ssd: ssd}
 	e.log.Info("batched lane", "rows", cfg.Batch, "block_size", bs, "blocks_per_layer", blocks, "kv_budget_bytes", l.budget)
 	l.publish()
 	return l, nil
@@ -321,7 +328,7 @@ func (l *batchLane) add(j *job) {
 	}
 	opts := j.opts
 	opts.Caches, opts.OnPrefillDone, opts.SnapshotAt = nil, nil, 0
-	if t := l.ssd; t != nil && len(j.prompt)-1 >= t.minTokens {
+	if t := l.ssd; t != nil && len(j.prompt)-1 >= t.minTokens && len(opts.Adapters) == 0 {
 		// the prompt but its last token, as the next request with this
 		// prefix (or a restarted server) restores it
 		prompt := j.prompt

@@ -76,6 +76,9 @@ type sink struct {
 	mu     sync.Mutex
 	evs    []event
 	notify chan struct{}
+	// onDone, when set, runs once the event carrying the outcome is
+	// pushed (the job no longer runs): it releases the job's adapters.
+	onDone func()
 }
 
 func newSink() *sink { return &sink{notify: make(chan struct{}, 1)} }
@@ -83,7 +86,14 @@ func newSink() *sink { return &sink{notify: make(chan struct{}, 1)} }
 func (s *sink) push(e event) {
 	s.mu.Lock()
 	s.evs = append(s.evs, e)
+	var done func()
+	if e.done != nil {
+		done, s.onDone = s.onDone, nil
+	}
 	s.mu.Unlock()
+	if done != nil {
+		done()
+	}
 	select {
 	case s.notify <- struct{}{}:
 	default:
@@ -146,6 +156,10 @@ type engine struct {
 	lane  *batchLane // the batched lane (Config.Batch > 1), else nil
 	start time.Time
 
+	// adapters is the LoRA host's server side (nil without
+	// Config.Adapters).
+	adapters *adapterHost
+
 	depth, active                                   atomic.Int64
 	requests, completed, cancelled, rejected, errs  atomic.Int64
 	promptToks, cachedToks, genToks, hits, misses   atomic.Int64
@@ -155,6 +169,11 @@ type engine struct {
 
 func newEngine(cfg *Config, log *slog.Logger) (*engine, error) {
 	e := &engine{cfg: cfg, log: log, jobs: make(chan *job, cfg.QueueSize), quit: make(chan struct{}), done: make(chan struct{}), start: time.Now()}
+	if cfg.Adapters != nil {
+		e.adapters = newAdapterHost(cfg.Adapters)
+		_, rows := cfg.Model.(generate.RowForwarder)
+		e.adapters.perRow = rows || cfg.Batch == 1
+	}
 	if cfg.Batch > 1 {
 		l, err := newBatchLane(e)
 		if err != nil {
@@ -176,11 +195,15 @@ var errQueueFull = &apiError{status: http.StatusTooManyRequests, message: "the s
 
 // submit queues j, or fails at once when the queue is full.
 func (e *engine) submit(j *job) error {
+	if err := e.adapters.acquire(j); err != nil {
+		return err
+	}
 	e.requests.Add(1)
 	e.depth.Add(1)
 	select {
 	case <-e.quit:
 		e.depth.Add(-1)
+		j.out.push(event{done: &outcome{}}) // releases its adapters
 		return &apiError{status: http.StatusServiceUnavailable, message: "the server is shutting down", typ: "server_error"}
 	default:
 	}
@@ -190,6 +213,7 @@ func (e *engine) submit(j *job) error {
 	default:
 		e.depth.Add(-1)
 		e.rejected.Add(1)
+		j.out.push(event{done: &outcome{}}) // releases its adapters
 		return errQueueFull
 	}
 }
@@ -279,8 +303,15 @@ func (e *engine) run(j *job) {
 func (e *engine) generate(j *job) (res outcome) {
 	opts := j.opts
 	var taken []kv.Cache
-	if e.pc != nil {
-		if c, _ := e.pc.Take(j.prompt); c != nil {
+	m := e.cfg.Model
+	pc := e.pc
+	if len(opts.Adapters) > 0 {
+		// the variant whose every pass applies the job's set; the prompt
+		// cache holds the base model's KV, so it is neither read nor fed
+		m, pc = e.adapters.am.Variant(opts.Adapters), nil
+	}
+	if pc != nil {
+		if c, _ := pc.Take(j.prompt); c != nil {
 			taken = c
 			opts.Caches = c
 			e.hits.Add(1)
@@ -288,7 +319,6 @@ func (e *engine) generate(j *job) (res outcome) {
 			e.misses.Add(1)
 		}
 		if e.cfg.SnapshotPrompt {
-			pc := e.pc
 			opts.OnPrefillDone = func(caches []kv.Cache, n int) {
 				snap := make([]kv.Cache, len(caches))
 				for i, c := range caches {
@@ -301,7 +331,7 @@ func (e *engine) generate(j *job) (res outcome) {
 		}
 	}
 	j.out.push(event{cached: new(cachedTokens(taken))})
-	s, err := generate.Generate(j.ctx, e.cfg.Model, j.prompt, &opts)
+	s, err := generate.Generate(j.ctx, m, j.prompt, &opts)
 	if err != nil {
 		freeCaches(taken)
 		return outcome{err: err}
@@ -343,10 +373,10 @@ func (e *engine) generate(j *job) (res outcome) {
 	// Keep the KV for the next request that shares this prefix.
 	keep := genErr == nil || errors.Is(genErr, context.Canceled) || errors.Is(genErr, context.DeadlineExceeded)
 	switch {
-	case e.pc != nil && keep && len(st.CacheTokens) > 0 && taken != nil:
-		e.pc.Put(st.CacheTokens, s.Caches()) // the loop may have swapped entries in place
-	case e.pc != nil && keep && len(st.CacheTokens) > 0:
-		e.pc.Put(st.CacheTokens, s.TakeCaches())
+	case pc != nil && keep && len(st.CacheTokens) > 0 && taken != nil:
+		pc.Put(st.CacheTokens, s.Caches()) // the loop may have swapped entries in place
+	case pc != nil && keep && len(st.CacheTokens) > 0:
+		pc.Put(st.CacheTokens, s.TakeCaches())
 	case taken != nil:
 		freeCaches(s.Caches())
 	}

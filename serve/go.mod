@@ -6,6 +6,7 @@ require (
 	github.com/mlxgo/mlxgo/generate v0.0.0
 	github.com/mlxgo/mlxgo/grammar v0.0.0
 	github.com/mlxgo/mlxgo/kv v0.0.0
+	github.com/mlxgo/mlxgo/lora v0.0.0
 	github.com/mlxgo/mlxgo/model v0.0.0
 	github.com/mlxgo/mlxgo/sampler v0.0.0
 	github.com/mlxgo/mlxgo/tensor v0.0.0
@@ -23,6 +24,8 @@ replace github.com/mlxgo/mlxgo/generate => ../generate
 replace github.com/mlxgo/mlxgo/grammar => ../grammar
 
 replace github.com/mlxgo/mlxgo/kv => ../kv
+
+replace github.com/mlxgo/mlxgo/lora => ../lora
 
 replace github.com/mlxgo/mlxgo/model => ../model
 

@@ -320,8 +320,12 @@ func (s *Server) commonPlan(f *samplingFields, pl *plan, logprobs bool, topLP in
 	if err != nil {
 		return err
 	}
+	set, err := s.parseAdapter(f.Adapter)
+	if err != nil {
+		return err
+	}
 	pl.opts = generate.Options{MaxTokens: n, EOS: s.cfg.EOS, PrefillChunkSize: s.cfg.PrefillChunkSize,
-		Sampler: params, Grammar: g, Backend: s.cfg.Backend, Memory: s.cfg.Memory}
+		Sampler: params, Grammar: g, Backend: s.cfg.Backend, Memory: s.cfg.Memory, Adapters: set}
 	return nil
 }
 

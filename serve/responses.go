@@ -122,7 +122,7 @@ func (s *Server) responsesPlan(req *responsesRequest) (*responsesPrep, error) {
 	}
 	creq := chatRequest{samplingFields: samplingFields{Model: req.Model, MaxTokens: req.MaxOutputTokens, Temperature: req.Temperature,
 		TopP: req.TopP, TopK: req.TopK, MinP: req.MinP, Seed: req.Seed, RepetitionPenalty: req.RepetitionPenalty,
-		Stream: req.Stream, ResponseFormat: rf}, Messages: raw, Tools: tools, ToolChoice: choice, ParallelToolCalls: req.ParallelToolCalls}
+		Stream: req.Stream, ResponseFormat: rf, Adapter: req.Adapter}, Messages: raw, Tools: tools, ToolChoice: choice, ParallelToolCalls: req.ParallelToolCalls}
 	pl, parser, err := s.chatPlan(&creq)
 	if err != nil {
 		return nil, responsesError(err)

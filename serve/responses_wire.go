@@ -39,6 +39,8 @@ type responsesRequest struct {
 	Store              *bool             `json:"store"`
 	Metadata           map[string]string `json:"metadata"`
 	Truncation         *string           `json:"truncation"`
+	// Adapter chooses LoRA adapters, as samplingFields.Adapter.
+	Adapter *string `json:"adapter"`
 }
 
 // responseItemIn is one item of a request's input list, read leniently

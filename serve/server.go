@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/lora"
 	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tokenizer"
@@ -95,7 +96,18 @@ func LoadGenerationConfig(dir string) (SamplingDefaults, error) {
 // Config describes the one model a Server serves and how.
 type Config struct {
 	// Model runs the forward passes; only the engine goroutine calls it.
+	// It may be nil when Adapters is set.
 	Model generate.Model
+	// Adapters, when set, is the model loaded through package lora
+	// (lora.Open): its Host's adapters are what requests choose with
+	// their adapter member ("id", "a+b", "none"), and GET, POST and
+	// DELETE /v1/adapters list, mount and unmount them. Its selection
+	// (the adapters lora.Open mounted) is the set of requests that name
+	// none. Model, when nil or a plain generate.Model (a view of the same
+	// loaded model), becomes NewAdapterModel(Adapters); a multimodal
+	// Model is kept, and its batched lane refuses adapter requests (it
+	// runs no per-row sets).
+	Adapters *lora.Model
 	// ModelID is the name /v1/models reports; requests may name it, one
 	// of Aliases, or leave model empty. Any other name is a 404.
 	ModelID string
@@ -242,6 +254,13 @@ type Server struct {
 // New starts a server's engine goroutine. The caller keeps ownership of
 // the model and tokenizer and must Close the server before freeing them.
 func New(cfg Config) (*Server, error) {
+	if cfg.Adapters != nil {
+		_, rows := cfg.Model.(generate.RowForwarder)
+		_, media := cfg.Model.(interface{ Media() *model.Gemma4Media })
+		if cfg.Model == nil || !rows && !media {
+			cfg.Model = NewAdapterModel(cfg.Adapters)
+		}
+	}
 	if cfg.Model == nil || cfg.Tokenizer == nil {
 		return nil, errors.New("serve: Config needs a Model and a Tokenizer")
 	}
@@ -423,6 +442,8 @@ func (s *Server) routes() {
 	m.HandleFunc("/v1/responses", s.only("POST", s.handleResponses))
 	m.HandleFunc("/v1/responses/{id}", s.handleResponse)
 	m.HandleFunc("/v1/embeddings", s.only("POST", s.handleEmbeddings))
+	m.HandleFunc("/v1/adapters", s.handleAdapters)
+	m.HandleFunc("/v1/adapters/{id}", s.handleAdapter)
 	m.HandleFunc("/v1/models", s.only("GET", s.handleModels))
 	m.HandleFunc("/v1/models/{id...}", s.only("GET", s.handleModel))
 	m.HandleFunc("/health", s.only("GET", s.handleHealth))
@@ -543,7 +564,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 	}
 	list := modelList{Object: "list"}
 	for _, n := range names {
-		list.Data = append(list.Data, modelObject{ID: n, Object: "model", Created: s.created, OwnedBy: "mlxgo"})
+		list.Data = append(list.Data, modelObject{ID: n, Object: "model", Created: s.created, OwnedBy: "mlxgo", Adapters: s.modelAdapters()})
 	}
 	writeJSON(w, http.StatusOK, list)
 }
@@ -565,7 +586,7 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.anthropicModel(id))
 		return
 	}
-	writeJSON(w, http.StatusOK, modelObject{ID: id, Object: "model", Created: s.created, OwnedBy: "mlxgo"})
+	writeJSON(w, http.StatusOK, modelObject{ID: id, Object: "model", Created: s.created, OwnedBy: "mlxgo", Adapters: s.modelAdapters()})
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {

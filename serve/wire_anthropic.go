@@ -26,6 +26,8 @@ type messagesRequest struct {
 	// ToolChoice is an anthropicToolChoice.
 	ToolChoice json.RawMessage    `json:"tool_choice"`
 	Thinking   *anthropicThinking `json:"thinking"`
+	// Adapter chooses LoRA adapters, as samplingFields.Adapter.
+	Adapter *string `json:"adapter"`
 }
 
 // anthropicThinking is the thinking member: its type, enabled or

@@ -46,6 +46,9 @@ type samplingFields struct {
 	ResponseFormat json.RawMessage `json:"response_format"`
 	// StructuredOutputs is the vLLM-style constraint, a structuredOutputs.
 	StructuredOutputs json.RawMessage `json:"structured_outputs"`
+	// Adapter chooses LoRA adapters: "id", "a+b" (stacked, in order) or
+	// "none" (the base model); absent: the server's default set.
+	Adapter *string `json:"adapter"`
 }
 
 // streamOptions is stream_options, allowed only with stream: true.
@@ -414,4 +417,7 @@ type modelObject struct {
 	Object  string `json:"object"` // "model"
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+	// Adapters are the LoRA adapters requests may choose (adapter), when
+	// the server has an adapter host.
+	Adapters []adapterInfo `json:"adapters,omitempty"`
 }

@@ -412,3 +412,16 @@ func (s *Server) modelAdapters() []adapterInfo {
 	}
 	return s.eng.adapters.list()
 }
+
+// closeOwned unmounts and frees the adapters the server mounted (POST)
+// once its engine has stopped; those mounted by the caller stay.
+func (h *adapterHost) closeOwned() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id := range h.owned {
+		h.unmount(id)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/sampler"
 	"github.com/mlxgo/mlxgo/tensor"
+	"github.com/mlxgo/mlxgo/tensor/safetensors"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
@@ -172,17 +173,40 @@ func TestCharTokenizer(t *testing.T) {
 	}
 }
 
-// gatedModel holds the model's passes until the gate opens (so requests
-// sent meanwhile are all queued when the engine next takes jobs), and
-// counts the passes whose rows run more than one adapter set.
+// gatedModel holds the model's passes while held (so requests sent
+// meanwhile are all queued when the engine next takes jobs), and counts
+// the passes whose rows run more than one adapter set.
 type gatedModel struct {
 	*AdapterModel
-	gate  chan struct{}
+	mu    sync.Mutex
+	gate  chan struct{} // nil: open
 	mixed atomic.Int64
 	sets  atomic.Int64 // the most distinct sets one pass ran
 }
 
-func (g *gatedModel) wait() { <-g.gate }
+func (g *gatedModel) hold() {
+	g.mu.Lock()
+	g.gate = make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *gatedModel) release() {
+	g.mu.Lock()
+	if g.gate != nil {
+		close(g.gate)
+		g.gate = nil
+	}
+	g.mu.Unlock()
+}
+
+func (g *gatedModel) wait() {
+	g.mu.Lock()
+	c := g.gate
+	g.mu.Unlock()
+	if c != nil {
+		<-c
+	}
+}
 
 func (g *gatedModel) Forward(ids *tensor.Array, caches []kv.Cache) (*tensor.Array, error) {
 	g.wait()
@@ -238,12 +262,11 @@ func TestAdapterRowsMixed(t *testing.T) {
 			t.Fatalf("the adapters do not change %q's greedy output", p)
 		}
 	}
-	gm := &gatedModel{AdapterModel: f.am, gate: make(chan struct{})}
+	gm := &gatedModel{AdapterModel: f.am}
 	cfg := f.config(8)
 	cfg.Model = gm
-	close(gm.gate) // the lane's probe pass runs at New
 	srv, hs := startServer(t, cfg)
-	gm.gate = make(chan struct{})
+	gm.hold()
 	type got struct {
 		key, text string
 		code      int
@@ -267,7 +290,7 @@ func TestAdapterRowsMixed(t *testing.T) {
 		}
 	}
 	waitRequests(t, srv, int64(n))
-	close(gm.gate)
+	gm.release()
 	wg.Wait()
 	close(res)
 	_ = srv
@@ -302,4 +325,417 @@ func TestAdapterRowsMixed(t *testing.T) {
 	}
 }
 
-var _ = fmt.Sprint
+// endpointText sends prompt as one user message to an endpoint and
+// returns the status and the reply's text.
+func endpointText(t *testing.T, base, endpoint, content string, adapter *string, maxTokens int) (int, string, map[string]any) {
+	t.Helper()
+	var body map[string]any
+	switch endpoint {
+	case "/v1/chat/completions":
+		body = map[string]any{"messages": []map[string]string{{"role": "user", "content": content}}, "max_tokens": maxTokens, "temperature": 0}
+	case "/v1/messages":
+		body = map[string]any{"messages": []map[string]string{{"role": "user", "content": content}}, "max_tokens": maxTokens, "temperature": 0}
+	case "/v1/responses":
+		body = map[string]any{"input": content, "max_output_tokens": maxTokens, "temperature": 0}
+	case "/v1/completions":
+		body = map[string]any{"prompt": content, "max_tokens": maxTokens, "temperature": 0}
+	}
+	if adapter != nil {
+		body["adapter"] = *adapter
+	}
+	code, out := adPost(t, "POST", base+endpoint, body)
+	if code != http.StatusOK {
+		return code, "", out
+	}
+	get := func(v any, path ...any) any {
+		for _, k := range path {
+			switch k := k.(type) {
+			case string:
+				m, _ := v.(map[string]any)
+				v = m[k]
+			case int:
+				l, _ := v.([]any)
+				if k >= len(l) {
+					return nil
+				}
+				v = l[k]
+			}
+		}
+		return v
+	}
+	var text any
+	switch endpoint {
+	case "/v1/chat/completions":
+		text = get(out, "choices", 0, "message", "content")
+	case "/v1/completions":
+		text = get(out, "choices", 0, "text")
+	case "/v1/messages":
+		text = get(out, "content", 0, "text")
+	case "/v1/responses":
+		items, _ := out["output"].([]any)
+		for _, it := range items {
+			if get(it, "type") == "message" {
+				text = get(it, "content", 0, "text")
+			}
+		}
+	}
+	s, ok := text.(string)
+	if !ok {
+		t.Fatalf("%s: no text in %v", endpoint, out)
+	}
+	return code, s, out
+}
+
+// TestAdapterEndpoints: the adapter member chooses the set on chat,
+// completions, messages and responses (each reply equals the variant
+// model's solo run of the prompt the server renders), and an unknown id
+// is a 400 on each, never the base model.
+func TestAdapterEndpoints(t *testing.T) {
+	f := openLoraFixture(t)
+	_, hs := startServer(t, f.config(4))
+	const maxTok = 8
+	content := "Hi there"
+	chatPrompt := "user: " + content + "\nassistant:" // the plain layout (no chat template)
+	for _, ep := range []string{"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses"} {
+		prompt := chatPrompt
+		if ep == "/v1/completions" {
+			prompt = content
+		}
+		for _, ts := range testSets[1:] {
+			code, text, out := endpointText(t, hs.URL, ep, content, str(ts.spec), maxTok)
+			if code != http.StatusOK {
+				t.Fatalf("%s adapter %s: %d %v", ep, ts.spec, code, out)
+			}
+			if w := f.solo(t, prompt, ts.set, maxTok); text != w {
+				t.Errorf("%s adapter %s: %q, solo %q", ep, ts.spec, text, w)
+			}
+		}
+		for _, bad := range []string{"zzz", "a_peft+zzz", "a_peft+", "none+a_peft"} {
+			code, _, out := endpointText(t, hs.URL, ep, content, str(bad), maxTok)
+			if code != http.StatusBadRequest {
+				t.Errorf("%s adapter %q: status %d (%v), want 400", ep, bad, code, out)
+			}
+		}
+	}
+	// the listing, and /v1/models' metadata
+	code, out := adPost(t, "GET", hs.URL+"/v1/adapters", nil)
+	list, _ := out["list"].([]any)
+	if code != http.StatusOK || len(list) != 2 {
+		t.Fatalf("GET /v1/adapters: %d %v", code, out)
+	}
+	for i, id := range []string{"a_peft", "b_peft"} {
+		a := list[i].(map[string]any)
+		mt, _ := f.m.Host().Mounted(id)
+		if a["id"] != id || a["path"] != id || a["rank"] != float64(mt.Adapter.Rank) || a["scale"] != mt.Adapter.Scale ||
+			a["size_bytes"] != float64(mt.Adapter.SizeBytes) || a["mounted_layers"] != float64(mt.Layers()) || mt.Layers() == 0 {
+			t.Errorf("adapter %d: %v (mounted: rank %d, scale %g, %d bytes, %d layers)", i, a, mt.Adapter.Rank, mt.Adapter.Scale, mt.Adapter.SizeBytes, mt.Layers())
+		}
+	}
+	code, out = adPost(t, "GET", hs.URL+"/v1/models", nil)
+	data, _ := out["data"].([]any)
+	if code != http.StatusOK || len(data) == 0 {
+		t.Fatalf("GET /v1/models: %d %v", code, out)
+	}
+	if ads, _ := data[0].(map[string]any)["adapters"].([]any); len(ads) != 2 {
+		t.Errorf("/v1/models lists adapters %v", data[0])
+	}
+}
+
+// writeBadAdapter copies the a_peft fixture into a folder of its own with
+// its config changed by edit (nil: unchanged) and, when shapes is set,
+// its tensors replaced by zero tensors of those shapes.
+func writeBadAdapter(t *testing.T, edit func(map[string]any), shapes map[string][]int) string {
+	t.Helper()
+	_, ad := fixtureDirs()
+	src := filepath.Join(ad, "a_peft")
+	dir := filepath.Join(t.TempDir(), "bad_adapter")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(src, "adapter_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(cfg)
+	}
+	raw, _ = json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "adapter_config.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if shapes == nil {
+		w, err := os.ReadFile(filepath.Join(src, "adapter_model.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "adapter_model.safetensors"), w, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	arrs := map[string]*tensor.Array{}
+	for n, sh := range shapes {
+		k := 1
+		for _, d := range sh {
+			k *= d
+		}
+		arrs[n] = tensor.FromFloat32(make([]float32, k), sh, tensor.Float32)
+	}
+	defer func() {
+		for _, a := range arrs {
+			a.Free()
+		}
+	}()
+	if err := safetensors.WriteArrays(filepath.Join(dir, "adapter_model.safetensors"), arrs, nil); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestAdapterMountRefusals: POST /v1/adapters refuses what cannot be
+// mounted with a 400 in OpenAI's error shape (a taken id 409), naming no
+// server path, and mounts nothing; DELETE of an id not mounted is a 404.
+func TestAdapterMountRefusals(t *testing.T) {
+	f := openLoraFixture(t)
+	_, hs := startServer(t, f.config(2))
+	q0 := "base_model.model.model.layers.0.self_attn.q_proj"
+	missing := filepath.Join(t.TempDir(), "no_such_adapter")
+	dora := writeBadAdapter(t, func(c map[string]any) { c["use_dora"] = true }, nil)
+	shape := writeBadAdapter(t, func(c map[string]any) { c["target_modules"] = []string{"q_proj"} },
+		map[string][]int{q0 + ".lora_A.weight": {8, 32}, q0 + ".lora_B.weight": {64, 8}})
+	rank := writeBadAdapter(t, func(c map[string]any) { c["r"] = 4 }, nil)
+	empty := t.TempDir()
+	abs, _ := filepath.Abs(dora)
+	_, ad := fixtureDirs()
+	cases := []struct {
+		name string
+		body map[string]any
+		code int
+		want string // in the message
+	}{
+		{"no path", map[string]any{"id": "x"}, 400, "path"},
+		{"missing folder", map[string]any{"id": "x", "path": missing}, 400, "no_such_adapter"},
+		{"empty folder", map[string]any{"id": "x", "path": empty}, 400, ""},
+		{"dora", map[string]any{"id": "x", "path": dora}, 400, "DoRA"},
+		{"shape", map[string]any{"id": "x", "path": shape}, 400, "q_proj"},
+		{"rank vs config", map[string]any{"id": "x", "path": rank}, 400, ""},
+		{"id none", map[string]any{"id": "none", "path": filepath.Join(ad, "a_mlx")}, 400, "none"},
+		{"id with +", map[string]any{"id": "a+b", "path": filepath.Join(ad, "a_mlx")}, 400, "+"},
+		{"taken id", map[string]any{"id": "a_peft", "path": filepath.Join(ad, "a_mlx")}, 409, "a_peft"},
+	}
+	for _, c := range cases {
+		code, out := adPost(t, "POST", hs.URL+"/v1/adapters", c.body)
+		e, _ := out["error"].(map[string]any)
+		msg, _ := e["message"].(string)
+		if code != c.code || e == nil || e["type"] != "invalid_request_error" || msg == "" {
+			t.Errorf("%s: %d %v, want %d with an OpenAI error", c.name, code, out, c.code)
+			continue
+		}
+		t.Logf("%s: %d %s", c.name, code, msg)
+		if !strings.Contains(msg, c.want) {
+			t.Errorf("%s: message %q does not mention %q", c.name, msg, c.want)
+		}
+		if strings.Contains(msg, abs) || strings.Contains(msg, os.TempDir()+"/") || strings.Contains(msg, "testdata/") {
+			t.Errorf("%s: message %q names a server path", c.name, msg)
+		}
+	}
+	if ids := f.m.Host().IDs(); !slices.Equal(ids, []string{"a_peft", "b_peft"}) {
+		t.Errorf("after the refusals the host has %v mounted", ids)
+	}
+	for _, id := range []string{"zzz", "x"} {
+		if code, out := adPost(t, "DELETE", hs.URL+"/v1/adapters/"+id, nil); code != http.StatusNotFound {
+			t.Errorf("DELETE %s: %d %v, want 404", id, code, out)
+		}
+	}
+}
+
+// TestAdapterMountWhileRunning: an adapter mounted while requests run
+// serves the next requests (the running ones unaffected); one deleted
+// while a request holds it (queued behind a request whose passes are
+// held) is no longer chosen (400) but stays mounted until that request
+// ends, which finishes equal to its solo run. Both lanes.
+func TestAdapterMountWhileRunning(t *testing.T) {
+	f := openLoraFixture(t)
+	_, ad := fixtureDirs()
+	for _, batch := range []int{1, 4} {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			if _, ok := f.m.Host().Mounted("b_peft"); !ok { // the last run's server unmounted its own
+				a, err := lora.Load(filepath.Join(ad, "b_peft"), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.m.Host().Mount("b_peft", a); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { f.m.Host().Unmount("b_peft"); a.Free() })
+			}
+			gm := &gatedModel{AdapterModel: f.am}
+			cfg := f.config(batch)
+			cfg.Model = gm
+			srv, hs := startServer(t, cfg)
+			const maxTok = 40
+			prompt := "Mount me"
+			want := f.solo(t, prompt, []string{"b_peft"}, maxTok)
+			gm.hold()
+			type reply struct{ text, err string }
+			blocker, done := make(chan reply, 1), make(chan reply, 1)
+			ask := func(adapter string, n int, out chan reply) {
+				code, text, body := completion(t, hs.URL, prompt, str(adapter), n)
+				r := reply{text: text}
+				if code != http.StatusOK {
+					r.err = fmt.Sprintf("status %d %v", code, body)
+				}
+				out <- r
+			}
+			go ask("none", 4, blocker) // its passes wait for the gate
+			waitRequests(t, srv, 1)
+			go ask("b_peft", maxTok, done)
+			waitRequests(t, srv, 2)
+			// mount c (a_mlx: a_peft in mlx-lm's format) while they run
+			code, out := adPost(t, "POST", hs.URL+"/v1/adapters", map[string]any{"id": "c", "path": filepath.Join(ad, "a_mlx")})
+			if code != http.StatusOK || out["id"] != "c" || out["path"] != "a_mlx" || out["format"] != lora.FormatMLX {
+				t.Fatalf("POST c: %d %v", code, out)
+			}
+			// delete b_peft while its request holds it
+			code, out = adPost(t, "DELETE", hs.URL+"/v1/adapters/b_peft", nil)
+			if code != http.StatusOK || out["deleted"] != true || out["in_use"] != float64(1) {
+				t.Fatalf("DELETE b_peft while its request is queued: %d %v (want in_use 1)", code, out)
+			}
+			if _, ok := f.m.Host().Mounted("b_peft"); !ok {
+				t.Error("b_peft was unmounted while a request held it")
+			}
+			code, out = adPost(t, "GET", hs.URL+"/v1/adapters", nil)
+			found := false
+			for _, a := range out["list"].([]any) {
+				if a := a.(map[string]any); a["id"] == "b_peft" {
+					found = a["unmounting"] == true && a["in_use"] == float64(1)
+				}
+			}
+			if !found {
+				t.Errorf("GET /v1/adapters during the deferred unmount: %v", out)
+			}
+			if code, _, out := completion(t, hs.URL, prompt, str("b_peft"), 4); code != http.StatusBadRequest {
+				t.Errorf("a request for the deleted b_peft: %d %v, want 400", code, out)
+			}
+			if code, out := adPost(t, "DELETE", hs.URL+"/v1/adapters/b_peft", nil); code != http.StatusNotFound {
+				t.Errorf("DELETE b_peft again: %d %v, want 404", code, out)
+			}
+			gm.release()
+			if r := <-blocker; r.err != "" {
+				t.Fatal(r.err)
+			}
+			if r := <-done; r.err != "" || r.text != want {
+				t.Errorf("the request queued through the mount and delete: %q %s, solo %q", r.text, r.err, want)
+			}
+			// its end unmounted b_peft
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				if _, ok := f.m.Host().Mounted("b_peft"); !ok {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("b_peft is still mounted after the request holding it ended")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			// c serves requests, as a_peft (the same adapter)
+			code, text, out := completion(t, hs.URL, prompt, str("c"), 12)
+			if code != http.StatusOK {
+				t.Fatalf("request for c: %d %v", code, out)
+			}
+			if w := f.solo(t, prompt, []string{"c"}, 12); text != w {
+				t.Errorf("c: %q, solo %q", text, w)
+			}
+			if w := f.solo(t, prompt, []string{"a_peft"}, 12); text != w {
+				t.Errorf("c (a_peft in mlx-lm format): %q, a_peft %q", text, w)
+			}
+			// an idle adapter unmounts at once
+			if code, out := adPost(t, "DELETE", hs.URL+"/v1/adapters/c", nil); code != http.StatusOK || out["in_use"] != float64(0) {
+				t.Errorf("DELETE c: %d %v", code, out)
+			}
+			if _, ok := f.m.Host().Mounted("c"); ok {
+				t.Error("c is still mounted after DELETE")
+			}
+			// b_peft back, by its folder's name (the server unmounts what it
+			// mounted when it closes)
+			code, out = adPost(t, "POST", hs.URL+"/v1/adapters", map[string]any{"path": filepath.Join(ad, "b_peft")})
+			if code != http.StatusOK || out["id"] != "b_peft" {
+				t.Fatalf("POST b_peft back: %d %v", code, out)
+			}
+			if code, text, out := completion(t, hs.URL, prompt, str("b_peft"), maxTok); code != http.StatusOK || text != want {
+				t.Errorf("b_peft remounted: %d %q %v, solo %q", code, text, out, want)
+			}
+		})
+	}
+}
+
+// TestAdapterCacheNamespaces: a prompt's KV computed by the base model
+// is never reused by a row with adapters, neither from the pool's prefix
+// cache (rows of other adapter sets register their blocks under other
+// namespaces) nor from the SSD tier (rows with adapters neither write
+// nor restore it); rows of one set do share their prefix.
+func TestAdapterCacheNamespaces(t *testing.T) {
+	f := openLoraFixture(t)
+	cfg := f.config(4)
+	cfg.SSDCacheDir, cfg.SSDCacheMinTokens = t.TempDir(), 16
+	prompt := "A prompt long enough for a few blocks of KV: forty-eight tokens, or about."
+	const maxTok = 8
+	ask := func(url, adapter string) (string, float64) {
+		t.Helper()
+		code, text, out := completion(t, url, prompt, str(adapter), maxTok)
+		if code != http.StatusOK {
+			t.Fatalf("%s: %d %v", adapter, code, out)
+		}
+		return text, out["usage"].(map[string]any)["prompt_tokens_details"].(map[string]any)["cached_tokens"].(float64)
+	}
+	flush := func(url string) {
+		t.Helper()
+		if code, out := adPost(t, "POST", url+"/admin/cache/flush", map[string]any{}); code != http.StatusOK {
+			t.Fatalf("flush: %d %v", code, out)
+		}
+	}
+	want := map[string]string{}
+	for _, ts := range testSets {
+		want[ts.spec] = f.solo(t, prompt, ts.set, maxTok)
+	}
+	srv, hs := startServer(t, cfg)
+	if text, _ := ask(hs.URL, "none"); text != want["none"] {
+		t.Fatalf("base: %q, solo %q", text, want["none"])
+	}
+	flush(hs.URL)
+	if st := srv.Stats().SSD; st == nil || st.Entries != 1 {
+		t.Fatalf("the base request wrote no SSD file: %+v", st)
+	}
+	for _, spec := range []string{"a_peft", "a_peft+b_peft", "a_peft"} {
+		text, cached := ask(hs.URL, spec)
+		if text != want[spec] {
+			t.Errorf("%s after the base run: %q, solo %q (cached %v tokens)", spec, text, want[spec], cached)
+		}
+	}
+	// the second a_peft request reused the first's blocks, not the base's
+	if _, cached := ask(hs.URL, "a_peft"); cached == 0 {
+		t.Error("a repeated a_peft request reused none of its own prefix")
+	}
+	flush(hs.URL)
+	if st := srv.Stats().SSD; st.Entries != 1 || st.Hits != 0 {
+		t.Errorf("requests with adapters wrote or restored SSD files: %+v", st)
+	}
+	hs.Close()
+	srv.Close()
+	// after a restart the pool is empty: only the SSD tier holds the
+	// base model's KV of the prompt, which an adapter row must not take
+	srv2, hs2 := startServer(t, cfg)
+	if text, cached := ask(hs2.URL, "b_peft"); text != want["b_peft"] || cached != 0 {
+		t.Errorf("b_peft after a restart: %q (cached %v), solo %q", text, cached, want["b_peft"])
+	}
+	if text, cached := ask(hs2.URL, "none"); text != want["none"] || cached == 0 {
+		t.Errorf("base after a restart: %q (cached %v), solo %q", text, cached, want["none"])
+	}
+	if st := srv2.Stats().SSD; st.Hits != 1 {
+		t.Errorf("SSD tier after the restart: %+v (want the base request's hit only)", st)
+	}
+}

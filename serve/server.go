@@ -328,8 +328,12 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Close stops the engine after the request it is running and frees the
-// prompt cache; queued requests are answered with an error.
-func (s *Server) Close() { s.eng.close() }
+// prompt cache; queued requests are answered with an error. Adapters
+// mounted through POST /v1/adapters are unmounted and freed.
+func (s *Server) Close() {
+	s.eng.close()
+	s.eng.adapters.closeOwned()
+}
 
 // ServeHTTP dispatches a request, recovering from panics so that one bad
 // request never takes the server down.

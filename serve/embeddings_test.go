@@ -279,3 +279,26 @@ func TestLoadEmbeddingPooling(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkEmbeddings measures POST /v1/embeddings on the demo model:
+// requests of 8 inputs of one sentence each, reporting input tokens
+// embedded per second (client-side wall time, HTTP included).
+//
+//	go test ./serve -run '^$' -bench Embeddings -benchtime 20x
+func BenchmarkEmbeddings(b *testing.B) {
+	d := loadDemo(b)
+	_, hs := startServer(b, d.config())
+	inputs := make([]string, 8)
+	for i := range inputs {
+		inputs[i] = strings.Repeat("Call me Ishmael. ", i+1)
+	}
+	body := map[string]any{"input": inputs, "encoding_format": "base64"}
+	embeddings(b, hs.URL, body) // warm up
+	tokens := 0
+	b.ResetTimer()
+	for b.Loop() {
+		_, n := embeddings(b, hs.URL, body)
+		tokens += n
+	}
+	b.ReportMetric(float64(tokens)/b.Elapsed().Seconds(), "tokens/s")
+}

@@ -256,8 +256,13 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	if cacheBytes == 0 {
 		cacheBytes = -1
 	}
+	served, closeMedia, err := serveModel(dir, m, be, log)
+	if err != nil {
+		return err
+	}
+	defer closeMedia()
 	srv, err := serve.New(serve.Config{
-		Model: generate.Wrap(m, info.Vocab), ModelID: id, Tokenizer: tok, Template: tmpl, TemplateKwargs: kwargs,
+		Model: served, ModelID: id, Tokenizer: tok, Template: tmpl, TemplateKwargs: kwargs,
 		EOS: toInt32s(eosIDs(info.EOS, tok)), ContextLength: ctxLen, MaxTokens: f.maxTokens,
 		Sampling: gen.Over(flagDefaults), Backend: be, PrefillChunkSize: f.chunk,
 		PromptCacheBytes: cacheBytes, SnapshotPrompt: info.SlidingWindow > 0, QueueSize: f.queueSize,

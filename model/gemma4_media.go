@@ -71,6 +71,9 @@ func LoadGemma4Media(dir string, opts *LoadOptions) (*Gemma4Media, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.ModelType != "gemma4" {
+		return nil, fmt.Errorf("model: %s: %w: model_type %q has no Gemma 4 towers", dir, ErrNoMedia, cfg.ModelType)
+	}
 	var mc gemma4MMConfig
 	if err := cfg.Decode(&mc); err != nil {
 		return nil, err

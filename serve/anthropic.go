@@ -49,6 +49,12 @@ func blocks(raw json.RawMessage, param string) (anthropicContent, error) {
 // OpenAI-style messages chat templates read: a message's tool_use blocks
 // become its tool_calls, each tool_result block a tool message.
 func anthropicMessages(system, raw json.RawMessage) ([]templateMessage, error) {
+	return anthropicMessagesMedia(system, raw, nil)
+}
+
+// anthropicMessagesMedia is anthropicMessages reading image blocks into
+// c (media.go); a nil c refuses them.
+func anthropicMessagesMedia(system, raw json.RawMessage, c *mediaCollector) ([]templateMessage, error) {
 	var out []templateMessage
 	if !absent(system) {
 		bs, err := blocks(system, "system")
@@ -89,6 +95,12 @@ func anthropicMessages(system, raw json.RawMessage) ([]templateMessage, error) {
 			case "thinking":
 				thinking.WriteString(b.Thinking)
 			case "redacted_thinking":
+			case "image":
+				ph, err := c.anthropicImage(b, fmt.Sprintf("%s.content[%d]", param, k))
+				if err != nil {
+					return nil, err
+				}
+				text.WriteString(ph)
 			case "tool_use":
 				args := b.Input
 				if absent(args) {
@@ -249,18 +261,19 @@ func messagesUsage(o outcome) anthropicUsage {
 
 // messagesPrompt renders and encodes a messages request's prompt (what
 // count_tokens counts).
-func (s *Server) messagesPrompt(req *messagesRequest) (string, []int32, []toolDef, toolChoiceMode, error) {
+func (s *Server) messagesPrompt(req *messagesRequest) (string, []int32, []toolDef, toolChoiceMode, *planMedia, error) {
 	var mode toolChoiceMode
 	if err := s.checkModel(req.Model); err != nil {
-		return "", nil, nil, mode, err
+		return "", nil, nil, mode, nil, err
 	}
-	msgs, err := anthropicMessages(req.System, req.Messages)
+	mc := s.mediaCollector()
+	msgs, err := anthropicMessagesMedia(req.System, req.Messages, mc)
 	if err != nil {
-		return "", nil, nil, mode, err
+		return "", nil, nil, mode, nil, err
 	}
 	tools, defs, mode, err := anthropicTools(req.Tools, req.ToolChoice)
 	if err != nil {
-		return "", nil, nil, mode, err
+		return "", nil, nil, mode, nil, err
 	}
 	var kwargs map[string]any
 	if req.Thinking != nil {
@@ -268,16 +281,20 @@ func (s *Server) messagesPrompt(req *messagesRequest) (string, []int32, []toolDe
 	}
 	text, err := s.renderChat(msgs, tools, kwargs)
 	if err != nil {
-		return "", nil, nil, mode, err
+		return "", nil, nil, mode, nil, err
 	}
 	ids, err := s.encodePromptChecked(text, true, "messages")
 	if err != nil {
-		return "", nil, nil, mode, err
+		return "", nil, nil, mode, nil, err
+	}
+	ids, pm, err := s.expandMedia(ids, mc, "messages")
+	if err != nil {
+		return "", nil, nil, mode, nil, err
 	}
 	if err := s.checkPrompt(ids, "messages"); err != nil {
-		return "", nil, nil, mode, err
+		return "", nil, nil, mode, nil, err
 	}
-	return text, ids, defs, mode, nil
+	return text, ids, defs, mode, pm, nil
 }
 
 func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
@@ -286,7 +303,7 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 		writeAnthropicError(w, err)
 		return
 	}
-	_, ids, _, _, err := s.messagesPrompt(&req)
+	_, ids, _, _, _, err := s.messagesPrompt(&req)
 	if err != nil {
 		writeAnthropicError(w, err)
 		return
@@ -301,11 +318,11 @@ func (s *Server) messagesPlan(req *messagesRequest) (*plan, *outputParser, error
 	if req.MaxTokens == nil {
 		return nil, nil, badRequest("max_tokens", "max_tokens is required")
 	}
-	text, ids, defs, mode, err := s.messagesPrompt(req)
+	text, ids, defs, mode, pm, err := s.messagesPrompt(req)
 	if err != nil {
 		return nil, nil, err
 	}
-	pl := &plan{promptText: text, prompt: ids}
+	pl := &plan{promptText: text, prompt: ids, media: pm}
 	f := samplingFields{Model: req.Model, MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, Stream: req.Stream, Adapter: req.Adapter}
 	if len(req.StopSequences) > 0 {
 		f.Stop, _ = json.Marshal(req.StopSequences)

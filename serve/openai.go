@@ -19,6 +19,13 @@ var chatRoles = map[string]bool{"system": true, "developer": true, "user": true,
 
 // contentText flattens a message's content (a messageContent) to text.
 func contentText(raw json.RawMessage, param string) (string, error) {
+	return contentTextMedia(raw, param, nil)
+}
+
+// contentTextMedia is contentText that reads image_url and input_audio
+// parts into c (media.go), leaving their placeholders in the text; a nil
+// c refuses them.
+func contentTextMedia(raw json.RawMessage, param string, mc *mediaCollector) (string, error) {
 	if absent(raw) {
 		return "", nil
 	}
@@ -37,6 +44,12 @@ func contentText(raw json.RawMessage, param string) (string, error) {
 				return "", badRequest(fmt.Sprintf("%s[%d].text", param, i), "a text part needs a string text")
 			}
 			b.WriteString(*p.Text)
+		case "image_url", "input_audio":
+			ph, err := mc.openaiMediaPart(p, fmt.Sprintf("%s[%d]", param, i))
+			if err != nil {
+				return "", err
+			}
+			b.WriteString(ph)
 		case "":
 			return "", badRequest(fmt.Sprintf("%s[%d].type", param, i), "a content part needs a type")
 		default:
@@ -52,6 +65,11 @@ func contentText(raw json.RawMessage, param string) (string, error) {
 // role, content and tool_calls pass to the template unread; every message
 // must be an object before any is checked.
 func chatMessages(raw json.RawMessage) ([]templateMessage, error) {
+	return chatMessagesMedia(raw, nil)
+}
+
+// chatMessagesMedia is chatMessages collecting media parts into c.
+func chatMessagesMedia(raw json.RawMessage, c *mediaCollector) ([]templateMessage, error) {
 	if absent(raw) {
 		return nil, badRequest("messages", "messages is required")
 	}
@@ -78,7 +96,7 @@ func chatMessages(raw json.RawMessage) ([]templateMessage, error) {
 		if role == "developer" {
 			role = "system"
 		}
-		text, err := contentText(m["content"], param+".content")
+		text, err := contentTextMedia(m["content"], param+".content", c)
 		if err != nil {
 			return nil, err
 		}
@@ -272,7 +290,8 @@ func (s *Server) chatPlan(req *chatRequest) (*plan, *outputParser, error) {
 	if err := s.checkModel(req.Model); err != nil {
 		return nil, nil, err
 	}
-	msgs, err := chatMessages(req.Messages)
+	mc := s.mediaCollector()
+	msgs, err := chatMessagesMedia(req.Messages, mc)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -299,6 +318,9 @@ func (s *Server) chatPlan(req *chatRequest) (*plan, *outputParser, error) {
 		return nil, nil, err
 	}
 	pl := &plan{promptText: text, prompt: ids}
+	if pl.prompt, pl.media, err = s.expandMedia(ids, mc, "messages"); err != nil {
+		return nil, nil, err
+	}
 	if err := s.checkPrompt(pl.prompt, "messages"); err != nil {
 		return nil, nil, err
 	}
@@ -549,6 +571,9 @@ type result struct {
 // start queues a plan on the engine.
 func (s *Server) start(ctx context.Context, pl *plan) (*job, error) {
 	j := &job{ctx: ctx, prompt: pl.prompt, opts: pl.opts, stops: pl.stops, out: newSink()}
+	if pl.media != nil {
+		j.fn = s.mediaFn(j, pl.media)
+	}
 	if err := s.eng.submit(j); err != nil {
 		return nil, err
 	}
@@ -608,7 +633,9 @@ func (s *Server) collectAll(ctx context.Context, pls []*plan) ([]*result, error)
 	jobs := make([]*job, len(pls))
 	for i, pl := range pls {
 		j := &job{ctx: ctx, prompt: pl.prompt, opts: pl.opts, stops: pl.stops, out: newSink()}
-		if i > 0 {
+		if pl.media != nil {
+			j.fn = s.mediaFn(j, pl.media)
+		} else if i > 0 {
 			j.after = jobs[0]
 		}
 		if err := s.eng.submit(j); err != nil {

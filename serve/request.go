@@ -141,6 +141,7 @@ type plan struct {
 	usage      bool // stream_options.include_usage
 	logprobs   bool
 	topLP      int
+	media      *planMedia // images and audio (media.go); nil for text
 }
 
 // samplerParams layers the request's sampling fields over the server's

@@ -79,6 +79,8 @@ type anthropicBlock struct {
 	// anthropicContent decoded with the block's own error path.
 	ToolUseID string          `json:"tool_use_id"`
 	Content   json.RawMessage `json:"content"`
+	// image: the base64 source (media.go).
+	Source json.RawMessage `json:"source"`
 }
 
 // anthropicTool is a tool definition.

@@ -117,6 +117,8 @@ func (c *messageContent) UnmarshalJSON(b []byte) error {
 type contentPart struct {
 	Type string  `json:"type"`
 	Text *string `json:"text,omitempty"` // nil: missing or not a string; null reads as ""
+	// ImageURL and InputAudio are the media parts' members (media.go).
+	ImageURL, InputAudio json.RawMessage
 }
 
 // UnmarshalJSON reads a part leniently, so that a bad member gets its own
@@ -133,6 +135,7 @@ func (p *contentPart) UnmarshalJSON(b []byte) error {
 	if json.Unmarshal(m["text"], &text) == nil {
 		p.Text = &text
 	}
+	p.ImageURL, p.InputAudio = m["image_url"], m["input_audio"]
 	return nil
 }
 

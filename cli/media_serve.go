@@ -1,0 +1,39 @@
+package main
+
+import (
+	"errors"
+	"log/slog"
+
+	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/model"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// servedMedia is the served model with its checkpoint's towers: a
+// serve.MediaModel, so that requests may carry images and audio.
+type servedMedia struct {
+	generate.Model
+	base  model.Model
+	media *model.Gemma4Media
+}
+
+func (s *servedMedia) Media() *model.Gemma4Media { return s.media }
+func (s *servedMedia) Base() model.Model         { return s.base }
+
+// serveModel is the generate.Model the server runs: m with the
+// checkpoint's vision and audio towers when it has any (a Gemma 4
+// multimodal checkpoint), else m alone. done closes the towers.
+func serveModel(dir string, m model.Model, be tensor.Backend, log *slog.Logger) (generate.Model, func(), error) {
+	gm := generate.Wrap(m, m.Info().Vocab)
+	mm, err := model.LoadGemma4Media(dir, &model.LoadOptions{Backend: be})
+	if errors.Is(err, model.ErrNoMedia) {
+		return gm, func() {}, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if log != nil {
+		log.Info("multimodal input", "image", mm.Vision != nil, "audio", mm.Audio != nil)
+	}
+	return &servedMedia{Model: gm, base: m, media: mm}, func() { mm.Close() }, nil
+}

@@ -53,6 +53,9 @@ var qmvaPool scratchPool[float32] // every user overwrites what it reads
 // qmvA computes out[m, n] = Σ_k x[m, k]·W[n, k] for 4- or 8-bit codes;
 // qmvaUsable(w) must hold.
 func qmvA(out, x []float32, rows int, w qmat) {
+	if rows == 0 || w.rows == 0 {
+		return
+	}
 	n, k, gs, ng := w.rows, w.cols, w.gs, w.groups()
 	bpr := k * w.bits / 8
 	nbv := (ng + 7) / 8

@@ -41,6 +41,9 @@ var qmvzKernels = [2][2]qmvzKern{{qmvZ4, qmvZ4p}, {qmvZ8, qmvZ8p}}
 
 // qmvZ computes out[m, n] = Σ_k x[m, k]·W[n, k]; qmvzUsable(w) must hold.
 func qmvZ(out, x []float32, rows int, w qmat) {
+	if rows == 0 || w.rows == 0 {
+		return
+	}
 	n, k, gs, ng := w.rows, w.cols, w.gs, w.groups()
 	bpr := k * w.bits / 8
 	nbv := (ng + 15) / 16

@@ -226,6 +226,16 @@ func TestServeImageMatchesHF(t *testing.T) {
 			if int(usage["prompt_tokens"].(float64)) != len(pr.IDs) {
 				t.Fatalf("usage %v for a %d-token prompt", usage, len(pr.IDs))
 			}
+			streamed, _ := streamChat(t, hs.URL, map[string]any{
+				"model": "gemma4-mm", "max_tokens": len(pr.Greedy), "temperature": 0,
+				"messages": []any{map[string]any{"role": "user", "content": []any{
+					map[string]any{"type": "text", "text": parts[0] + " "},
+					map[string]any{"type": "image_url", "image_url": map[string]any{"url": img}},
+					map[string]any{"type": "text", "text": " " + parts[1]},
+				}}}})
+			if streamed != want {
+				t.Fatalf("streamed reply %q, HF's greedy %q", streamed, want)
+			}
 			code, body = post(t, hs.URL+"/v1/messages", map[string]any{
 				"model": "gemma4-mm", "max_tokens": len(pr.Greedy), "temperature": 0,
 				"messages": []any{map[string]any{"role": "user", "content": []any{

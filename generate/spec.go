@@ -234,7 +234,7 @@ type specRun struct {
 	// firstToks are the tokens the first round emitted: those after its
 	// first one came without decode time of their own
 	firstToks int
-	st       SpecStats
+	st        SpecStats
 }
 
 // runSpec is Stream.run's decode loop when speculation is on: rounds of
@@ -299,7 +299,9 @@ func (s *Stream) runSpec(yield func(Token, error) bool) error {
 		}
 		drafts := dr.Tokens
 		feed := append(slices.Clone(in), drafts...)
-		r.snap.take(s.caches, len(feed))
+		if len(drafts) > 0 { // without drafts nothing is rolled back
+			r.snap.take(s.caches, len(feed))
+		}
 		t1 := time.Now()
 		rows, err := s.verifyLogits(feed, len(drafts)+1)
 		if err != nil {

@@ -43,11 +43,23 @@ func (a *AdapterModel) Logits(hidden *tensor.Array) (*tensor.Array, error) {
 	return a.m.LogitsWith(lora.Selection{}, hidden)
 }
 
-// spans turns a pass's rows into a lora selection: one span per row.
+// spans turns a pass's rows into a lora selection: consecutive rows with
+// the same set share one span (one low-rank product over all their
+// tokens), and a pass whose rows all run one set selects it for every
+// row (no slicing at all). Rows compute the same either way: the
+// backend's kernels give a row the same result whatever else a call
+// holds.
 func spans(rows []generate.RowSpan) lora.Selection {
-	sel := lora.Selection{Spans: make([]lora.Span, len(rows))}
-	for i, r := range rows {
-		sel.Spans[i] = lora.Span{Rows: r.Tokens, Set: r.Adapters}
+	var sel lora.Selection
+	for _, r := range rows {
+		if n := len(sel.Spans); n > 0 && slices.Equal(sel.Spans[n-1].Set, r.Adapters) {
+			sel.Spans[n-1].Rows += r.Tokens
+			continue
+		}
+		sel.Spans = append(sel.Spans, lora.Span{Rows: r.Tokens, Set: r.Adapters})
+	}
+	if len(sel.Spans) == 1 {
+		return lora.Selection{Set: sel.Spans[0].Set}
 	}
 	return sel
 }

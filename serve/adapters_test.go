@@ -739,3 +739,23 @@ func TestAdapterCacheNamespaces(t *testing.T) {
 		t.Errorf("SSD tier after the restart: %+v (want the base request's hit only)", st)
 	}
 }
+
+// TestAdapterSpans: a pass's rows become lora spans, consecutive rows of
+// one set merged, one set for all rows selected as such.
+func TestAdapterSpans(t *testing.T) {
+	a, b := []string{"a"}, []string{"a", "b"}
+	got := spans([]generate.RowSpan{{Tokens: 1, Adapters: a}, {Tokens: 3, Adapters: a}, {Tokens: 1}, {Tokens: 2, Adapters: b}, {Tokens: 1, Adapters: b}, {Tokens: 2, Adapters: a}})
+	want := []lora.Span{{Rows: 4, Set: a}, {Rows: 1}, {Rows: 3, Set: b}, {Rows: 2, Set: a}}
+	if got.Set != nil || len(got.Spans) != len(want) {
+		t.Fatalf("spans: %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got.Spans[i].Rows != want[i].Rows || !slices.Equal(got.Spans[i].Set, want[i].Set) {
+			t.Errorf("span %d: %+v, want %+v", i, got.Spans[i], want[i])
+		}
+	}
+	one := spans([]generate.RowSpan{{Tokens: 2, Adapters: b}, {Tokens: 5, Adapters: b}})
+	if one.Spans != nil || !slices.Equal(one.Set, b) {
+		t.Errorf("one set for every row: %+v", one)
+	}
+}

@@ -40,8 +40,14 @@ type Gemma4Media struct {
 	AudioConfig media.Gemma4AudioConfig
 	// AudioMaxTokens caps an audio clip's soft tokens (audio_seq_length).
 	AudioMaxTokens int
-	w              *Weights
-	set            *safetensors.Set
+	// BidirectionalVision is the text config's use_bidirectional_attention
+	// "vision" (the larger Gemma 4 models): their sliding layers let each
+	// image's soft tokens attend to one another, a mask mlxgo does not
+	// build yet, so Prepare refuses images for them rather than answer
+	// differently from transformers.
+	BidirectionalVision bool
+	w                   *Weights
+	set                 *safetensors.Set
 }
 
 // gemma4MMConfig is the multimodal wrapper's config.json.
@@ -91,6 +97,7 @@ func LoadGemma4Media(dir string, opts *LoadOptions) (*Gemma4Media, error) {
 		return nil, fmt.Errorf("model: %w: %w", ErrCheckpoint, err)
 	}
 	m := &Gemma4Media{Tokens: tok, set: set, AudioMaxTokens: 750}
+	m.BidirectionalVision = tc.Bidirectional != nil && *tc.Bidirectional == "vision"
 	if err := m.build(&mc, cfg, tc.Hidden, opts); err != nil {
 		m.Close()
 		return nil, fmt.Errorf("model: %s: %w", dir, err)
@@ -437,6 +444,9 @@ func (m *Gemma4Media) Prepare(kind MediaKind, data []byte) (*PreparedMedium, err
 	case MediaImage:
 		if m.Vision == nil {
 			return nil, fmt.Errorf("%w: this model has no vision tower", ErrNoMedia)
+		}
+		if m.BidirectionalVision {
+			return nil, fmt.Errorf("%w: image input on a model with use_bidirectional_attention \"vision\" needs the bidirectional image mask, which is not implemented yet", ErrNoMedia)
 		}
 		rgb, err := media.DecodeImage(data)
 		if err != nil {

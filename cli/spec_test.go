@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/mlxgo/mlxgo/tensor"
 )
 
 // specResult is the part of generate --json the speculation tests read.
@@ -107,5 +109,38 @@ func TestSpeculativeDemoPair(t *testing.T) {
 	code, _, errs := run(t, append(append([]string{"generate"}, prompt...), "--draft-model", "../model/testdata/llama3/f32")...)
 	if code != 2 || !strings.Contains(errs, "256") {
 		t.Errorf("mismatched pair: exit %d: %s", code, errs)
+	}
+}
+
+// TestChatSpeculative: chat with prompt lookup and with a draft model
+// (the same fixture with the same tokenizer) gives, turn after turn
+// through the prompt cache, the replies of plain generation from scratch,
+// and -v prints the speculation line.
+func TestChatSpeculative(t *testing.T) {
+	dir := chatFixture(t)
+	live := tensor.LiveArrays()
+	for _, extra := range [][]string{{"--prompt-lookup", "3", "--num-draft-tokens", "5"}, {"--draft-model", dir, "--num-draft-tokens", "auto"}} {
+		args := append([]string{"--model", dir, "--backend", "cpu", "--max-tokens", "16", "-v"}, extra...)
+		code, _, stderr, turns := runChatTurns(t, "hello there\nand then?\nagain: hello there\n", args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", extra, code, stderr)
+		}
+		if len(turns) != 3 || !strings.Contains(stderr, "Speculation: ") {
+			t.Fatalf("%v: %d turns; stderr %q", extra, len(turns), stderr)
+		}
+		for i, tr := range turns {
+			if tr.st.Speculation == nil {
+				t.Errorf("%v turn %d: no speculation stats", extra, i+1)
+			}
+			if i > 0 && tr.st.CachedTokens == 0 {
+				t.Errorf("%v turn %d: nothing came from the prompt cache", extra, i+1)
+			}
+			if want := freshGreedy(t, dir, tr.prompt, 16); !slices.Equal(tr.out, want) {
+				t.Errorf("%v turn %d: %v; plain from scratch: %v", extra, i+1, tr.out, want)
+			}
+		}
+	}
+	if got := tensor.LiveArrays(); got != live {
+		t.Errorf("live arrays %d → %d after the sessions", live, got)
 	}
 }

@@ -311,7 +311,7 @@ func (s *Stream) runSpec(yield func(Token, error) bool) error {
 		q.fed(feed...)
 		q.stats.DecodeSteps++
 		r.st.TargetCalls++
-		toks, accepted, stop, err := s.acceptWalk(r, rows, dr)
+		toks, accepted, stop, err := q.acceptWalk(s.runner, r, rows, dr)
 		rows.Free()
 		if err != nil {
 			return err
@@ -327,18 +327,7 @@ func (s *Stream) runSpec(yield func(Token, error) bool) error {
 			}
 			r.auto.observe(len(drafts), accepted, len(feed), t2.Sub(t1).Seconds(), draftSec)
 		}
-		if len(drafts) > 0 {
-			r.st.Rounds++
-			r.st.Drafted += len(drafts)
-			r.st.Accepted += accepted
-			r.st.AcceptanceLengths[accepted]++
-			for i := range drafts {
-				r.st.DraftedByPos[i]++
-				if i < accepted {
-					r.st.AcceptedByPos[i]++
-				}
-			}
-		}
+		r.st.record(len(drafts), accepted)
 		// The caches hold feed; keep in and the accepted drafts.
 		drop := len(drafts) - accepted
 		replay, err := r.snap.rewind(s.caches, len(feed), drop)
@@ -414,18 +403,21 @@ func (s *Stream) verifyLogits(feed []int32, n int) (rows *tensor.Array, err erro
 // acceptWalk goes over the verified positions in order: at each the
 // target's token is chosen (the grammar's mask applied, the history so
 // far penalised), the draft kept while it agrees, and the first
-// disagreement (or the bonus after the last draft) ends the round. It
-// returns the tokens to deliver, how many drafts were accepted, and a stop
-// reason when an EOS token or the grammar ended the sequence.
-func (s *Stream) acceptWalk(r *specRun, rows *tensor.Array, dr Draft) (toks []Token, accepted int, stop string, err error) {
-	q := s.q
+// disagreement (or the bonus after the last draft) ends the round. rows
+// are the target's logits at the round's positions ([len(drafts)+1, V],
+// the sequence's rows of a forward pass, alone or in a batch); runner is
+// the backend's StepRunner, or nil. It returns the tokens to deliver, how
+// many drafts were accepted, and a stop reason when an EOS token or the
+// grammar ended the sequence. It is a seq method so that a batch driver
+// can verify each row's drafts as Stream does.
+func (q *seq) acceptWalk(runner StepRunner, r *specRun, rows *tensor.Array, dr Draft) (toks []Token, accepted int, stop string, err error) {
 	drafts := dr.Tokens
 	// Greedy without a grammar or history penalties: every position's
 	// token depends on its row alone, so one sampler step over all rows
 	// (one read-back) gives what the walk would get row by row.
 	var all []sampler.Result
 	if !r.sampling && q.o.Sampler.Temperature == 0 && q.mask == nil && q.window == 0 && len(drafts) > 0 {
-		err := s.onBackend(func() error {
+		err := onRunner(runner, func() error {
 			st, err := q.smp.Step(rows, nil, nil)
 			if err != nil {
 				return err
@@ -443,7 +435,7 @@ func (s *Stream) acceptWalk(r *specRun, rows *tensor.Array, dr Draft) (toks []To
 		}
 		var res sampler.Result
 		ok := false
-		err := s.onBackend(func() (err error) {
+		err := onRunner(runner, func() (err error) {
 			if all != nil {
 				res = all[i]
 				ok = i < len(drafts) && int32(res.Token) == drafts[i]
@@ -460,7 +452,7 @@ func (s *Stream) acceptWalk(r *specRun, rows *tensor.Array, dr Draft) (toks []To
 						qrow = dr.Probs[i]
 					}
 				}
-				res, ok, err = s.specSample(r, row, d, qrow)
+				res, ok, err = q.specSample(r.rnd, row, d, qrow)
 				return err
 			}
 			var st *sampler.Step
@@ -498,21 +490,21 @@ func (s *Stream) acceptWalk(r *specRun, rows *tensor.Array, dr Draft) (toks []To
 
 // specSample is one position of speculative sampling: the target's
 // distribution p at row, the draft d (−1 at the bonus position) drawn
-// from qrow (nil: a point mass on d). It returns the token, with its
-// logprob when asked, and whether it is the accepted draft.
-func (s *Stream) specSample(r *specRun, row *tensor.Array, d int32, qrow []float32) (res sampler.Result, ok bool, err error) {
-	q := s.q
+// from qrow (nil: a point mass on d), the coins from rnd. It returns the
+// token, with its logprob when asked, and whether it is the accepted
+// draft.
+func (q *seq) specSample(rnd *SpecRand, row *tensor.Array, d int32, qrow []float32) (res sampler.Result, ok bool, err error) {
 	lp, pr, err := q.smp.Distribution(row, recent(q.history, q.window), q.mask)
 	if err != nil {
 		return res, false, err
 	}
 	defer tensor.Free(lp, pr)
 	p := pr.Float32s()
-	u, err := r.rnd.Float64()
+	u, err := rnd.Float64()
 	if err != nil {
 		return res, false, err
 	}
-	v, err := r.rnd.Float64()
+	v, err := rnd.Float64()
 	if err != nil {
 		return res, false, err
 	}
@@ -623,6 +615,25 @@ func topLogprobs(lps []float32, k int) []sampler.TokenLogprob {
 		out[i] = sampler.TokenLogprob{ID: idx[i], Logprob: lps[idx[i]]}
 	}
 	return out
+}
+
+// record counts a round that verified drafted drafts and accepted some
+// (nothing when it drafted none). The per-position slices must hold γ
+// entries and AcceptanceLengths γ+1.
+func (st *SpecStats) record(drafted, accepted int) {
+	if drafted == 0 {
+		return
+	}
+	st.Rounds++
+	st.Drafted += drafted
+	st.Accepted += accepted
+	st.AcceptanceLengths[accepted]++
+	for i := range drafted {
+		st.DraftedByPos[i]++
+		if i < accepted {
+			st.AcceptedByPos[i]++
+		}
+	}
 }
 
 // finishStats fills the derived statistics and puts them in q's.

@@ -245,7 +245,10 @@ func (s *Stream) runSpec(yield func(Token, error) bool) error {
 	sp := q.o.Speculation
 	d, err := s.newDrafter()
 	if err != nil {
-		return err
+		return fmt.Errorf("generate: draft source: %w", err)
+	}
+	if d == nil {
+		return errors.New("generate: the draft source factory returned no drafter")
 	}
 	r := &specRun{gamma: numDraft(sp), drafter: d, rnd: &SpecRand{smp: q.smp}}
 	r.sampling = q.o.Sampler.Temperature > 0 && !sp.Exact

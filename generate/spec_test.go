@@ -2,6 +2,7 @@ package generate_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -607,5 +608,50 @@ func TestSpecEveryFixture(t *testing.T) {
 	}
 	if tested < 10 {
 		t.Errorf("only %d fixtures found", tested)
+	}
+}
+
+// badDrafter proposes fixed tokens, or fails.
+type badDrafter struct {
+	toks []int32
+	err  error
+}
+
+func (b badDrafter) Draft([]int32, int, *generate.SpecRand) (generate.Draft, error) {
+	return generate.Draft{Tokens: b.toks}, b.err
+}
+func (badDrafter) Close() {}
+
+// TestSpecDrafterContract: a custom Drafter's extra tokens are cut to γ
+// (and the output stays plain greedy's), a token outside the vocabulary
+// or a drafter's error ends the stream with an error naming it, and a
+// factory's error comes out of the first iteration.
+func TestSpecDrafterContract(t *testing.T) {
+	t.Cleanup(tensortest.NoLeaks(t))
+	g := readGolden(t, "llama3")
+	m := loadModel(t, filepath.Join(fixtures, "llama3", "f32"), nil)
+	want, _, err := collect(t, m, g.Prompt, &generate.Options{MaxTokens: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	with := func(d generate.Drafter, ferr error) *generate.Speculation {
+		return &generate.Speculation{NumDraft: 2, Drafter: func(generate.DraftInfo) (generate.Drafter, error) { return d, ferr }}
+	}
+	got, st, err := collect(t, m, g.Prompt, &generate.Options{MaxTokens: 12, Speculation: with(badDrafter{toks: slices.Clone(want)}, nil)})
+	if err != nil || !slices.Equal(got, want) || st.Speculation.Drafted > 2*st.Speculation.TargetCalls {
+		t.Errorf("long drafts: %v (%v), %+v; want %v", got, err, st.Speculation, want)
+	}
+	for _, c := range []struct {
+		sp   *generate.Speculation
+		want string
+	}{
+		{with(badDrafter{toks: []int32{3, 999}}, nil), "drafted token 999"},
+		{with(badDrafter{err: errors.New("no luck")}, nil), "no luck"},
+		{with(nil, errors.New("cannot open")), "cannot open"},
+	} {
+		_, _, err := collect(t, m, g.Prompt, &generate.Options{MaxTokens: 12, Speculation: c.sp})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("error %v, want one naming %q", err, c.want)
+		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 type ExpertStreaming struct {
 	// CacheBytes bounds the expert bytes kept resident between blocks
 	// (0 or less: none are kept, every pass reads its experts again).
+	// Freed read buffers are kept for reuse up to an eighth of it more.
 	CacheBytes int64
 	// Workers is the number of reads in flight at once (0: 4).
 	Workers int

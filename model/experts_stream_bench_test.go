@@ -147,7 +147,11 @@ func BenchmarkExpertStreamingDecode(b *testing.B) {
 			}
 			// resident set now (mapped weights touched, expert cache, Go
 			// heap) beside the plan's total less its fixed runtime reserve
-			b.ReportMetric(float64(rss())/(1<<20), "rss_MiB")
+			b.ReportMetric(float64(procStatus("VmRSS:"))/(1<<20), "rss_MiB")
+			// the process's peak: this run's own when it runs alone
+			// (-bench 'ExpertStreamingDecode/stream25$' on an existing
+			// $MLXGO_BENCH_MOE_DIR)
+			b.ReportMetric(float64(procStatus("VmHWM:"))/(1<<20), "peak_rss_MiB")
 			b.ReportMetric(float64(plan.TotalBytes-plan.ReserveBytes)/(1<<20), "plan_MiB")
 		})
 	}
@@ -162,14 +166,15 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// rss is VmRSS from /proc/self/status (0 where unknown).
-func rss() int64 {
+// procStatus reads a size field (VmRSS:, VmHWM:) of /proc/self/status
+// in bytes (0 where unknown).
+func procStatus(field string) int64 {
 	raw, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(raw), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
 			kb, _ := strconv.ParseInt(f[1], 10, 64)
 			return kb << 10
 		}

@@ -56,7 +56,8 @@ type Plan struct {
 	ResidentWeightsBytes int64 `json:"resident_weights_bytes"`
 	Streamed             bool  `json:"experts_streamed"`
 	// ExpertCacheBytes is the streamed experts' working set: the cache
-	// budget, or at least one MoE block's routed union for the batch.
+	// budget (at least one MoE block's routed union for the batch) and
+	// its recycled read buffers, up to all the experts.
 	ExpertCacheBytes int64 `json:"expert_cache_bytes"`
 	// ActiveExpertBytesPerToken is the expert bytes one token's routes
 	// read, over all MoE layers.
@@ -186,7 +187,10 @@ func (p *Plan) evaluate(opts PlanOptions, info Info, lookup int64) {
 		// a block's routed union is resident while it runs, whatever the budget
 		moeLayers := int64(max(p.moeLayers, 1))
 		block := p.ActiveExpertBytesPerToken / moeLayers * int64(p.Batch)
-		p.ExpertCacheBytes = min(max(opts.ExpertCacheBytes, block), p.ExpertBytes)
+		// the cache, at least that union, and its recycled read buffers
+		// (an eighth of the budget more)
+		c := max(opts.ExpertCacheBytes, 0)
+		p.ExpertCacheBytes = min(max(c, block)+c/8, p.ExpertBytes)
 	}
 	chunk := opts.PrefillChunk
 	if chunk <= 0 {

@@ -237,7 +237,11 @@ func (g *gatedModel) ForwardRows(ids *tensor.Array, caches []kv.Cache, rows []ge
 // waitRequests waits until the server has taken n requests.
 func waitRequests(t *testing.T, srv *Server, n int64) {
 	t.Helper()
+	deadline := time.Now().Add(time.Minute)
 	for srv.Stats().Requests < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server took %d requests, want %d", srv.Stats().Requests, n)
+		}
 		time.Sleep(2 * time.Millisecond)
 	}
 }
@@ -266,6 +270,7 @@ func TestAdapterRowsMixed(t *testing.T) {
 	cfg := f.config(8)
 	cfg.Model = gm
 	srv, hs := startServer(t, cfg)
+	t.Cleanup(gm.release) // before the server closes, should the test stop early
 	gm.hold()
 	type got struct {
 		key, text string
@@ -577,6 +582,7 @@ func TestAdapterMountWhileRunning(t *testing.T) {
 			cfg := f.config(batch)
 			cfg.Model = gm
 			srv, hs := startServer(t, cfg)
+			t.Cleanup(gm.release) // before the server closes, should the test stop early
 			const maxTok = 40
 			prompt := "Mount me"
 			want := f.solo(t, prompt, []string{"b_peft"}, maxTok)

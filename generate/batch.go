@@ -269,6 +269,10 @@ func (b *Batch) Add(ctx context.Context, prompt []int32, opts *Options) (*Row, e
 	if err != nil {
 		return nil, err
 	}
+	if p.o.Speculation != nil {
+		p.smp.Free()
+		return nil, errors.New("generate: speculative decoding is not run in a batch (a row decodes one token per step); leave Options.Speculation unset")
+	}
 	if _, ok := b.m.(RowForwarder); len(p.o.Adapters) > 0 && !ok {
 		p.smp.Free()
 		return nil, fmt.Errorf("generate: adapters %v asked of a model that runs none (no RowForwarder)", p.o.Adapters)

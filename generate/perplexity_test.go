@@ -3,6 +3,7 @@ package generate_test
 import (
 	"context"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -126,5 +127,51 @@ func TestTurboGreedyDemo(t *testing.T) {
 	t.Logf("mean KL: k8v3 %.5f, kv4 %.5f", tk, ak)
 	if !(tk > 0 && ak > 0 && tk < 0.5 && ak < 0.5) {
 		t.Fatalf("mean KL: k8v3 %v, kv4 %v", tk, ak)
+	}
+}
+
+// TestTurboTable1B prints, for the random 1B-shaped 4-bit Llama of the
+// decode benchmarks (head dim 64), the perplexity, mean KL against
+// unquantized KV and KV bytes per token of each KV scheme over 512
+// teacher-forced tokens in 64-token chunks, and checks that k8v8's greedy
+// tokens are plain's. It takes minutes on two cores, so it runs only with
+// MLXGO_TURBO_TABLE=1.
+func TestTurboTable1B(t *testing.T) {
+	if os.Getenv("MLXGO_TURBO_TABLE") == "" {
+		t.Skip("set MLXGO_TURBO_TABLE=1 to measure the 1B-shaped model's KV scheme table")
+	}
+	dir, _ := writeLlama(t, llamaShape{Hidden: 2048, Layers: 16, Heads: 32, KVHeads: 8, HeadDim: 64, FFN: 8192, Vocab: 32000}, 4)
+	m := loadModel(t, dir, nil)
+	prompt := scoreIDs(32, m.VocabSize())
+	plain, _, err := collect(t, m, prompt, &generate.Options{MaxTokens: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k8v8 := kv.TurboSpec{KeyBits: 8, ValueBits: 8}
+	got, _, err := collect(t, m, prompt, &generate.Options{MaxTokens: 16, KVQuant: &k8v8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, plain) {
+		t.Errorf("k8v8 greedy %v, plain %v", got, plain)
+	}
+	ids := scoreIDs(512, m.VocabSize())
+	type scheme struct {
+		name string
+		o    generate.Options
+	}
+	turbo := func(k, v int) *kv.TurboSpec { return &kv.TurboSpec{KeyBits: k, ValueBits: v} }
+	schemes := []scheme{{"bf16", generate.Options{}}, {"kv8", generate.Options{KVBits: 8}}, {"kv4", generate.Options{KVBits: 4}},
+		{"k8v8", generate.Options{KVQuant: turbo(8, 8)}}, {"k8v4", generate.Options{KVQuant: turbo(8, 4)}},
+		{"k8v3", generate.Options{KVQuant: turbo(8, 3)}}, {"k4v3", generate.Options{KVQuant: turbo(4, 3)}},
+		{"k8v2", generate.Options{KVQuant: turbo(8, 2)}}}
+	for _, s := range schemes {
+		o := s.o
+		o.PrefillChunkSize = 64
+		r, err := generate.Score(context.Background(), m, ids, &o, s.name != "bf16")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("| %s | %.1f | %.4f | %.6f |", s.name, float64(r.LiveKVBytes)/float64(r.Tokens), math.Exp(r.NLL/float64(r.Tokens)), r.KL/float64(r.Tokens))
 	}
 }

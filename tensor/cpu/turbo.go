@@ -192,27 +192,46 @@ func (p *turboPlan) attend(bi, kvh, r0, r1, j0, j1 int) turboPart {
 		for j := jb; j < je; j++ {
 			row := kdata[kbase+j*p.k.strides[2]:][:kb]
 			turboKeyCodes(kc, ks, row, p.l.KeyBits, g)
-			for r := range nr {
+			r := 0
+			for ; r+4 <= nr; r += 4 { // four rows share each key load
+				var s0, s1, s2, s3 float32
+				for gi := range ng {
+					kg := kc[gi*g : (gi+1)*g]
+					o := gi * g
+					d0, d1, d2, d3 := turboDot4(qs[r*dk+o:][:g], qs[(r+1)*dk+o:][:g], qs[(r+2)*dk+o:][:g], qs[(r+3)*dk+o:][:g], kg)
+					sg, mg := ks[2*gi], ks[2*gi+1]
+					s0 += sg*d0 + mg*qsum[r*ng+gi]
+					s1 += sg*d1 + mg*qsum[(r+1)*ng+gi]
+					s2 += sg*d2 + mg*qsum[(r+2)*ng+gi]
+					s3 += sg*d3 + mg*qsum[(r+3)*ng+gi]
+				}
+				sc[r*nb+j-jb], sc[(r+1)*nb+j-jb], sc[(r+2)*nb+j-jb], sc[(r+3)*nb+j-jb] = s0, s1, s2, s3
+			}
+			for ; r < nr; r++ {
 				var s float32
-				if p.causal && j > qpos[r] {
-					s = neg
-				} else {
-					qr := qs[r*dk : (r+1)*dk]
-					for gi := range ng {
-						s += ks[2*gi]*turboDot(qr[gi*g:(gi+1)*g], kc[gi*g:(gi+1)*g]) + ks[2*gi+1]*qsum[r*ng+gi]
-					}
-					if p.mask != nil {
-						mv := p.mask[mrow[r]+j]
-						if p.boolMask {
-							if mv == 0 {
-								s = neg
-							}
-						} else {
-							s += mv
-						}
-					}
+				qr := qs[r*dk : (r+1)*dk]
+				for gi := range ng {
+					s += ks[2*gi]*turboDot(qr[gi*g:(gi+1)*g], kc[gi*g:(gi+1)*g]) + ks[2*gi+1]*qsum[r*ng+gi]
 				}
 				sc[r*nb+j-jb] = s
+			}
+			if !p.causal && p.mask == nil {
+				continue
+			}
+			for r := range nr {
+				switch {
+				case p.causal && j > qpos[r]:
+					sc[r*nb+j-jb] = neg
+				case p.mask != nil:
+					mv := p.mask[mrow[r]+j]
+					if p.boolMask {
+						if mv == 0 {
+							sc[r*nb+j-jb] = neg
+						}
+					} else {
+						sc[r*nb+j-jb] += mv
+					}
+				}
 			}
 		}
 		// fold the block into each row's running softmax
@@ -252,12 +271,15 @@ func (p *turboPlan) attend(bi, kvh, r0, r1, j0, j1 int) turboPart {
 		for j := jb; j < je; j++ {
 			row := vdata[vbase+j*p.v.strides[2]:][:vb]
 			turboValueRow(vr, row, p.l.ValueBits, g, p.l.Levels)
-			for r := range nr {
-				w := sc[r*nb+j-jb]
-				if w == 0 {
-					continue
+			r := 0
+			for ; r+4 <= nr; r += 4 {
+				turboAxpy4(sc[r*nb+j-jb], sc[(r+1)*nb+j-jb], sc[(r+2)*nb+j-jb], sc[(r+3)*nb+j-jb], vr,
+					pt.acc[r*dv:(r+1)*dv], pt.acc[(r+1)*dv:(r+2)*dv], pt.acc[(r+2)*dv:(r+3)*dv], pt.acc[(r+3)*dv:(r+4)*dv])
+			}
+			for ; r < nr; r++ {
+				if w := sc[r*nb+j-jb]; w != 0 {
+					turboAxpy(w, vr, pt.acc[r*dv:(r+1)*dv])
 				}
-				turboAxpy(w, vr, pt.acc[r*dv:(r+1)*dv])
 			}
 		}
 	}
@@ -276,6 +298,31 @@ func turboAxpy(a float32, x, y []float32) {
 	}
 	for ; i < len(y); i++ {
 		y[i] += a * x[i]
+	}
+}
+
+// turboDot4 is the dot products of four rows with k.
+func turboDot4(a0, a1, a2, a3, k []float32) (s0, s1, s2, s3 float32) {
+	n := len(k)
+	a0, a1, a2, a3 = a0[:n], a1[:n], a2[:n], a3[:n]
+	for i, x := range k {
+		s0 += a0[i] * x
+		s1 += a1[i] * x
+		s2 += a2[i] * x
+		s3 += a3[i] * x
+	}
+	return
+}
+
+// turboAxpy4 adds w0·x … w3·x to four rows.
+func turboAxpy4(w0, w1, w2, w3 float32, x, y0, y1, y2, y3 []float32) {
+	n := len(x)
+	y0, y1, y2, y3 = y0[:n], y1[:n], y2[:n], y3[:n]
+	for i, v := range x {
+		y0[i] += w0 * v
+		y1[i] += w1 * v
+		y2[i] += w2 * v
+		y3[i] += w3 * v
 	}
 }
 

@@ -243,12 +243,46 @@ func (l *gemma4VisionLayer) forward(x, cos, sin *tensor.Array, cfg *gemma4Vision
 	q := heads(l.Q, cfg.Heads, l.QNorm, true)
 	k := heads(l.K, cfg.KVHeads, l.KNorm, true)
 	v := heads(l.V, cfg.KVHeads, l.VNorm, false)
-	o := tensor.ScaledDotProductAttention(q, k, v, tensor.SDPAOptions{Scale: 1})
+	o := denseAttention(q, k, v, cfg.Heads/cfg.KVHeads)
 	o = tensor.Reshape(tensor.Transpose(o, 0, 2, 1, 3), 1, n, cfg.Heads*hd)
 	r := tensor.Add(x, l.PostAttnNorm.Forward(l.O.Forward(o)))
 	f := l.PreFFNorm.Forward(r)
 	f = l.Down.Forward(tensor.Mul(act(l.Gate.Forward(f)), l.Up.Forward(f)))
 	return sc.Keep(tensor.Add(r, l.PostFFNorm.Forward(f)))
+}
+
+// denseAttention is unmasked attention with scale 1 over q [1, H, n, D]
+// and k, v [1, Hkv, n, D] as transformers' eager attention computes it
+// (scores in the activation dtype, softmax in float32), by matmuls over
+// blocks of queries: an image's thousands of patches all attend to one
+// another, which the fused SDPA kernels, built for causal prefill and
+// decode, do far more slowly.
+func denseAttention(q, k, v *tensor.Array, groups int) *tensor.Array {
+	sc := tensor.NewScope()
+	defer sc.Close()
+	if groups > 1 {
+		rep := func(x *tensor.Array) *tensor.Array {
+			b, h, n, d := x.Dim(0), x.Dim(1), x.Dim(2), x.Dim(3)
+			x = tensor.BroadcastTo(tensor.ExpandDims(x, 2), b, h, groups, n, d)
+			return tensor.Reshape(x, b, h*groups, n, d)
+		}
+		k, v = rep(k), rep(v)
+	}
+	kt := tensor.Transpose(k, 0, 1, 3, 2)
+	n := q.Dim(2)
+	const block = 1024
+	var outs []*tensor.Array
+	for s := 0; s < n; s += block {
+		qb := tensor.SliceAxis(q, 2, s, min(s+block, n))
+		w := tensor.Softmax(tensor.AsType(tensor.Matmul(qb, kt), tensor.Float32), -1)
+		o := tensor.Matmul(tensor.AsType(w, v.DType()), v)
+		tensor.Eval(o)
+		outs = append(outs, o)
+	}
+	if len(outs) == 1 {
+		return sc.Keep(outs[0])
+	}
+	return sc.Keep(tensor.Concatenate(outs, 2))
 }
 
 // SoftTokens is the number of soft tokens an image gives.

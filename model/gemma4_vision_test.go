@@ -300,3 +300,22 @@ func TestGemma4MultimodalLogitsMatchHF(t *testing.T) {
 }
 
 var _ = kv.NewKVCache
+
+// TestDenseAttentionMatchesSDPA holds the vision tower's blocked dense
+// attention to the fused kernel on a grid larger than one query block,
+// with grouped KV heads.
+func TestDenseAttentionMatchesSDPA(t *testing.T) {
+	sc := tensor.NewScope()
+	defer sc.Close()
+	q := tensor.Uniform(tensor.Key(1), []int{1, 4, 1100, 8}, -1, 1, tensor.Float32)
+	k := tensor.Uniform(tensor.Key(2), []int{1, 2, 1100, 8}, -1, 1, tensor.Float32)
+	v := tensor.Uniform(tensor.Key(3), []int{1, 2, 1100, 8}, -1, 1, tensor.Float32)
+	var got, want []float32
+	if err := tensor.Try(func() {
+		got = denseAttention(q, k, v, 2).Float32s()
+		want = tensor.ScaledDotProductAttention(q, k, v, tensor.SDPAOptions{Scale: 1}).Float32s()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	closeTo(t, "attention", got, want, 1e-5)
+}

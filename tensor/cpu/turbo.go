@@ -359,11 +359,22 @@ func turboUnpack8(dst *[8]uint8, src []byte, b int) {
 // its per-group scale and bias into ks (pairs).
 func turboKeyCodes(kc, ks []float32, row []byte, bits, g int) {
 	d := len(kc)
-	if bits == 8 {
+	switch bits {
+	case 8:
 		for i := range kc {
 			kc[i] = float32(int8(row[i]))
 		}
-	} else {
+	case 4:
+		for i := 0; i+2 <= d; i += 2 {
+			c := row[i/2]
+			kc[i], kc[i+1] = float32(c&15), float32(c>>4)
+		}
+	case 2:
+		for i := 0; i+4 <= d; i += 4 {
+			c := row[i/4]
+			kc[i], kc[i+1], kc[i+2], kc[i+3] = float32(c&3), float32(c>>2&3), float32(c>>4&3), float32(c>>6)
+		}
+	default:
 		var c [8]uint8
 		for i := 0; i < d; i += 8 {
 			turboUnpack8(&c, row[i/8*bits:], bits)

@@ -106,3 +106,78 @@ func TestGenerateMediaErrors(t *testing.T) {
 		}
 	}
 }
+
+// mmWithTokenizer copies the fixture's checkpoint into a folder with a
+// word-level tokenizer over its 256 ids ("t3" … "t249"; the special
+// tokens at 250–255 as its config numbers them) and a chat template that
+// writes BOS and the messages' content.
+func mmWithTokenizer(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []string{"config.json", "model.safetensors", "processor_config.json"} {
+		b, err := os.ReadFile(filepath.Join(mmFixture, "f32", f))
+		if err != nil {
+			t.Skipf("no gemma4_mm fixture: %v", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vocab := map[string]int{}
+	var added []map[string]any
+	for i, name := range []string{"<pad>", "<eos>", "<bos>", "<|image|>", "<|audio|>", "<boi>", "<eoi>", "<boa>", "<eoa>"} {
+		id := i
+		if i >= 3 {
+			id = 247 + i
+		}
+		vocab[name] = id
+		added = append(added, map[string]any{"id": id, "content": name, "special": true, "normalized": false})
+	}
+	for i := 3; i < 250; i++ {
+		vocab["t"+strconv.Itoa(i)] = i
+	}
+	write := func(name string, v any) {
+		b, _ := json.Marshal(v)
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("tokenizer.json", map[string]any{"version": "1.0", "added_tokens": added, "pre_tokenizer": map[string]any{"type": "WhitespaceSplit"},
+		"model": map[string]any{"type": "WordLevel", "vocab": vocab, "unk_token": "<pad>"}})
+	write("tokenizer_config.json", map[string]any{"bos_token": "<bos>", "eos_token": "<eos>",
+		"chat_template": "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"})
+	return dir
+}
+
+// TestGenerateImagePromptText: with --prompt, the image's placeholder goes
+// in front of the text through the chat template and is expanded as the
+// processor does, giving what the expanded ids give with --prompt-ids.
+func TestGenerateImagePromptText(t *testing.T) {
+	dir := mmWithTokenizer(t)
+	img := filepath.Join(mmFixture, "media", "d.png")
+	gen := func(args ...string) []int {
+		t.Helper()
+		args = append([]string{"generate", "--model", dir, "--backend", "cpu", "--image", img, "--max-tokens", "5", "--json", "--ignore-eos"}, args...)
+		code, out, errs := run(t, args...)
+		if code != 0 {
+			t.Fatalf("code %d: %s", code, errs)
+		}
+		var res struct {
+			IDs []int `json:"ids"`
+		}
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		return res.IDs
+	}
+	fromText := gen("--prompt", " t118 t47 t22")
+	ids := []int{2, 252}
+	for range 64 { // d.png: a 12x48 patch grid, 64 soft tokens
+		ids = append(ids, 250)
+	}
+	ids = append(ids, 253, 118, 47, 22)
+	fromIDs := gen("--prompt-ids", idList(ids))
+	if len(fromText) != 5 || !slices.Equal(fromText, fromIDs) {
+		t.Fatalf("--prompt gave %v, the expanded ids %v", fromText, fromIDs)
+	}
+}

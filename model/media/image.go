@@ -109,13 +109,7 @@ func ToRGB(img image.Image) *RGB {
 	}
 	switch m := img.(type) {
 	case *image.YCbCr:
-		for y := b.Min.Y; y < b.Max.Y; y++ {
-			for x := b.Min.X; x < b.Max.X; x++ {
-				yi, ci := m.YOffset(x, y), m.COffset(x, y)
-				r, g, bl := color.YCbCrToRGB(m.Y[yi], m.Cb[ci], m.Cr[ci])
-				set(r, g, bl)
-			}
-		}
+		ycbcrToRGB(m, out)
 	case *image.Gray:
 		for y := b.Min.Y; y < b.Max.Y; y++ {
 			for x := b.Min.X; x < b.Max.X; x++ {
@@ -151,4 +145,92 @@ func ToRGB(img image.Image) *RGB {
 		}
 	}
 	return out
+}
+
+// ycbcrToRGB converts a decoded JPEG the way libjpeg (PIL's decoder)
+// does by default: 4:2:0 and 4:2:2 chroma upsampled with its "fancy"
+// triangle filter (edges replicated, alternating rounding), then its
+// fixed-point YCbCr→RGB. The inverse DCTs still differ (Go's is not
+// libjpeg's), so pixels agree only to a level or two.
+func ycbcrToRGB(m *image.YCbCr, out *RGB) {
+	b := m.Bounds()
+	w, h := b.Dx(), b.Dy()
+	cw, ch := (w+1)/2, (h+1)/2
+	var hs, vs bool // horizontal, vertical chroma subsampling by 2
+	ratio := m.SubsampleRatio
+	if b.Min != (image.Point{}) {
+		ratio = -1 // a sub-image: its chroma planes are not laid out from the origin
+	}
+	switch ratio {
+	case image.YCbCrSubsampleRatio420:
+		hs, vs = true, true
+	case image.YCbCrSubsampleRatio422:
+		hs = true
+		ch = h
+	case image.YCbCrSubsampleRatio444:
+		cw, ch = w, h
+	default:
+		i := 0
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for x := b.Min.X; x < b.Max.X; x++ {
+				yi, ci := m.YOffset(x, y), m.COffset(x, y)
+				out.Pix[i], out.Pix[i+1], out.Pix[i+2] = color.YCbCrToRGB(m.Y[yi], m.Cb[ci], m.Cr[ci])
+				i += 3
+			}
+		}
+		return
+	}
+	chroma := func(plane []uint8, cx, cy int) int {
+		cx, cy = min(max(cx, 0), cw-1), min(max(cy, 0), ch-1)
+		return int(plane[cy*m.CStride+cx])
+	}
+	// up returns the upsampled chroma of plane at pixel (x, y).
+	up := func(plane []uint8, x, y int) int {
+		cx, cy := x, y
+		if hs {
+			cx = x / 2
+		}
+		if vs {
+			cy = y / 2
+		}
+		if !hs {
+			return chroma(plane, cx, cy)
+		}
+		nx := cx - 1
+		if x%2 == 1 {
+			nx = cx + 1
+		}
+		if !vs { // h2v1: (3·this + neighbour + 1 or 2) / 4
+			v := 3*chroma(plane, cx, cy) + chroma(plane, nx, cy)
+			if x%2 == 0 {
+				return (v + 1) >> 2
+			}
+			return (v + 2) >> 2
+		}
+		ny := cy - 1
+		if y%2 == 1 {
+			ny = cy + 1
+		}
+		col := func(c int) int { return 3*chroma(plane, c, cy) + chroma(plane, c, ny) }
+		if x%2 == 0 {
+			return (3*col(cx) + col(nx) + 8) >> 4
+		}
+		return (3*col(cx) + col(nx) + 7) >> 4
+	}
+	const half = 1 << 15
+	fix := func(v float64) int { return int(v*65536 + 0.5) }
+	crR, cbB, cbG, crG := fix(1.40200), fix(1.77200), fix(0.34414), fix(0.71414)
+	clamp := func(v int) uint8 { return uint8(min(max(v, 0), 255)) }
+	i := 0
+	for y := range h {
+		for x := range w {
+			yy := int(m.Y[m.YOffset(b.Min.X+x, b.Min.Y+y)])
+			cb := up(m.Cb, x, y) - 128
+			cr := up(m.Cr, x, y) - 128
+			out.Pix[i] = clamp(yy + (crR*cr+half)>>16)
+			out.Pix[i+1] = clamp(yy + (-cbG*cb-crG*cr+half)>>16)
+			out.Pix[i+2] = clamp(yy + (cbB*cb+half)>>16)
+			i += 3
+		}
+	}
 }

@@ -25,6 +25,7 @@ type mediaFlag struct {
 	kind model.MediaKind
 }
 
+// String lists the flag's files (pflag.Value).
 func (m *mediaFlag) String() string {
 	if m.list == nil {
 		return ""
@@ -38,6 +39,7 @@ func (m *mediaFlag) String() string {
 	return strings.Join(s, ",")
 }
 
+// Set appends a file (pflag.Value).
 func (m *mediaFlag) Set(v string) error {
 	if v == "" {
 		return fmt.Errorf("empty file name")
@@ -46,6 +48,7 @@ func (m *mediaFlag) Set(v string) error {
 	return nil
 }
 
+// Type names the value in usage (pflag.Value).
 func (m *mediaFlag) Type() string { return "file" }
 
 // addMediaFlags registers --image and --audio.

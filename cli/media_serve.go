@@ -17,8 +17,11 @@ type servedMedia struct {
 	media *model.Gemma4Media
 }
 
+// Media implements serve.MediaModel.
 func (s *servedMedia) Media() *model.Gemma4Media { return s.media }
-func (s *servedMedia) Base() model.Model         { return s.base }
+
+// Base implements serve.MediaModel.
+func (s *servedMedia) Base() model.Model { return s.base }
 
 // serveModel is the generate.Model the server runs: m with the
 // checkpoint's vision and audio towers when it has any (a Gemma 4

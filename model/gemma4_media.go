@@ -313,6 +313,7 @@ func cachesOffset(caches []kv.Cache) int {
 	return 0
 }
 
+// Forward implements Model, merging the prompt's media rows (see Wrap).
 func (mm *mediaModel) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOptions) (out *tensor.Array, err error) {
 	p := mm.p
 	off, t := cachesOffset(caches), ids.Dim(1)
@@ -363,6 +364,7 @@ const (
 	MediaAudio
 )
 
+// String names the kind ("image", "audio").
 func (k MediaKind) String() string {
 	if k == MediaAudio {
 		return "audio"

@@ -66,6 +66,7 @@ type clipLinear struct {
 	clipIn, clipOut              bool
 }
 
+// Forward clamps x, applies the linear and clamps the result.
 func (c *clipLinear) Forward(x *tensor.Array) *tensor.Array {
 	return scoped(func() *tensor.Array {
 		if c.clipIn {

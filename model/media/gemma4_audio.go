@@ -52,6 +52,7 @@ func ReadGemma4AudioConfig(dir string) (Gemma4AudioConfig, error) {
 // array attribute serialised with str()).
 type flexFloat float64
 
+// UnmarshalJSON reads a number, or a string holding one.
 func (f *flexFloat) UnmarshalJSON(b []byte) error {
 	var v float64
 	if err := json.Unmarshal(b, &v); err == nil {

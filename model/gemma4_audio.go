@@ -103,12 +103,23 @@ func loadGemma4Audio(w *Weights, cfg *gemma4AudioConfig, towerPrefix, embedPrefi
 	w.prefix = towerPrefix
 	d, c0, c1 := cfg.Hidden, cfg.Channels[0], cfg.Channels[1]
 	a := &Gemma4Audio{cfg: cfg, be: w.Backend()}
+	// conv weights are PyTorch's [out, in, kh, kw] or, converted for MLX,
+	// [out, kh, kw, in]
 	taps := func(name string, cout, cin int) [9]*tensor.Array {
-		wt := w.Tensor(name, cout, cin, 3, 3)
+		wt := w.Tensor(name, cout, -1, -1, -1)
+		mlx := wt.Dim(1) == 3 && wt.Dim(2) == 3 && wt.Dim(3) == cin && !(wt.Dim(1) == cin && wt.Dim(3) == 3)
+		if !mlx && (wt.Dim(1) != cin || wt.Dim(2) != 3 || wt.Dim(3) != 3) {
+			w.failf(w.prefix+name, "shape %v, want [%d, %d, 3, 3] (or MLX's [%d, 3, 3, %d])", wt.Shape(), cout, cin, cout, cin)
+		}
 		var out [9]*tensor.Array
 		for k := range 9 {
 			dy, dx := k/3, k%3
-			s := tensor.Slice(wt, []int{0, 0, dy, dx}, []int{cout, cin, dy + 1, dx + 1}, nil)
+			var s *tensor.Array
+			if mlx {
+				s = tensor.Slice(wt, []int{0, dy, dx, 0}, []int{cout, dy + 1, dx + 1, cin}, nil)
+			} else {
+				s = tensor.Slice(wt, []int{0, 0, dy, dx}, []int{cout, cin, dy + 1, dx + 1}, nil)
+			}
 			out[k] = w.Own(tensor.Contiguous(tensor.Transpose(tensor.Reshape(s, cout, cin))))
 		}
 		return out
@@ -156,9 +167,16 @@ func loadGemma4Audio(w *Weights, cfg *gemma4AudioConfig, towerPrefix, embedPrefi
 		}
 		pds := w.Tensor(p+"self_attn.per_dim_scale", hd)
 		l.QScale = w.Own(tensor.MulScalar(tensor.Softplus(pds), qScale))
-		dw := w.Tensor(p+"lconv1d.depthwise_conv1d.weight", d, 1, cfg.ConvKernel)
+		// PyTorch's [d, 1, K], or MLX's [d, K, 1]
+		dw := w.Tensor(p+"lconv1d.depthwise_conv1d.weight", d, -1, -1)
+		kAxis := 2
+		if dw.Dim(1) == cfg.ConvKernel && dw.Dim(2) == 1 && cfg.ConvKernel != 1 {
+			kAxis = 1
+		} else if dw.Dim(1) != 1 || dw.Dim(2) != cfg.ConvKernel {
+			w.failf(w.prefix+p+"lconv1d.depthwise_conv1d.weight", "shape %v, want [%d, 1, %d]", dw.Shape(), d, cfg.ConvKernel)
+		}
 		for k := range cfg.ConvKernel {
-			l.Depthwise = append(l.Depthwise, w.Own(tensor.Contiguous(tensor.Reshape(tensor.SliceAxis(dw, 2, k, k+1), 1, d))))
+			l.Depthwise = append(l.Depthwise, w.Own(tensor.Contiguous(tensor.Reshape(tensor.SliceAxis(dw, kAxis, k, k+1), 1, d))))
 		}
 		a.Layers = append(a.Layers, l)
 	}

@@ -4,10 +4,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/model/media"
 	"github.com/mlxgo/mlxgo/tensor"
+	"github.com/mlxgo/mlxgo/tensor/safetensors"
 )
 
 func init() { mmAudioEmbeds = mmAudio }
@@ -193,4 +195,62 @@ func TestGemma4AudioAttentionMatchesBlocked(t *testing.T) {
 			closeTo(t, "attention", got, want, 1e-5)
 		})
 	}
+}
+
+// TestGemma4AudioMLXLayout loads the audio tower from a copy of the
+// fixture laid out as MLX conversions store it (conv weights channels
+// last, tower and embedder without the model. prefix): the same output.
+func TestGemma4AudioMLXLayout(t *testing.T) {
+	m := loadMMMedia(t)
+	set, err := safetensors.OpenDir(filepath.Join(mmFixture, "f32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	sc := tensor.NewScope()
+	defer sc.Close()
+	arrays := map[string]*tensor.Array{}
+	for _, n := range set.Names() {
+		a, err := set.Array(n, nil, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case strings.HasSuffix(n, "conv.weight"): // [O, I, 3, 3] → [O, 3, 3, I]
+			a = tensor.Contiguous(tensor.Transpose(a, 0, 2, 3, 1))
+		case strings.HasSuffix(n, "depthwise_conv1d.weight"): // [d, 1, K] → [d, K, 1]
+			a = tensor.Contiguous(tensor.Transpose(a, 0, 2, 1))
+		}
+		n = strings.Replace(n, "model.audio_tower.", "audio_tower.", 1)
+		n = strings.Replace(n, "model.embed_audio.", "embed_audio.", 1)
+		arrays[n] = a
+	}
+	dir := t.TempDir()
+	if err := safetensors.WriteArrays(filepath.Join(dir, "model.safetensors"), arrays, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"config.json", "processor_config.json"} {
+		b, err := os.ReadFile(filepath.Join(mmFixture, "f32", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mlx, err := LoadGemma4Media(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mlx.Close()
+	f := mmFeatures(t, m, "w1")
+	want, err := m.Audio.Tower(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := mlx.Audio.Tower(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeTo(t, "mlx-layout tower", got.Float32s(), want.Float32s(), 1e-6)
 }

@@ -25,7 +25,8 @@ func (s *servedMedia) Base() model.Model { return s.base }
 
 // serveModel is the generate.Model the server runs: m with the
 // checkpoint's vision and audio towers when it has any (a Gemma 4
-// multimodal checkpoint), else m alone. done closes the towers.
+// multimodal checkpoint), else m alone (also, with a warning, when the
+// towers fail to load: text still serves). done closes the towers.
 func serveModel(dir string, m model.Model, be tensor.Backend, log *slog.Logger) (generate.Model, func(), error) {
 	gm := generate.Wrap(m, m.Info().Vocab)
 	mm, err := model.LoadGemma4Media(dir, &model.LoadOptions{Backend: be})
@@ -33,7 +34,11 @@ func serveModel(dir string, m model.Model, be tensor.Backend, log *slog.Logger) 
 		return gm, func() {}, nil
 	}
 	if err != nil {
-		return nil, nil, err
+		// a checkpoint whose towers do not load still serves text
+		if log != nil {
+			log.Warn("image and audio input off: the checkpoint's towers did not load", "err", err)
+		}
+		return gm, func() {}, nil
 	}
 	if log != nil {
 		log.Info("multimodal input", "image", mm.Vision != nil, "audio", mm.Audio != nil)

@@ -385,3 +385,41 @@ func TestServeTextModelRefusesMedia(t *testing.T) {
 		t.Fatalf("status %d, body %v", code, body)
 	}
 }
+
+// TestServeMediaCountAndChoices: count_tokens counts the expanded image
+// run, and n = 2 greedy choices with an image both give HF's reply.
+func TestServeMediaCountAndChoices(t *testing.T) {
+	s := newMMServe(t)
+	_, hs := startServer(t, s.cfg)
+	pr := s.gold.Prompts["image"]
+	parts := splitPrompt(pr.IDs)
+	code, body := post(t, hs.URL+"/v1/messages/count_tokens", map[string]any{"model": "gemma4-mm",
+		"messages": []any{map[string]any{"role": "user", "content": []any{
+			map[string]any{"type": "text", "text": parts[0] + " "},
+			map[string]any{"type": "image", "source": map[string]any{"type": "base64", "media_type": "image/png", "data": s.b64(t, pr.Image+".png")}},
+			map[string]any{"type": "text", "text": " " + parts[1]},
+		}}}})
+	if code != 200 || int(body["input_tokens"].(float64)) != len(pr.IDs) {
+		t.Fatalf("count_tokens: status %d, %v (the processor's prompt has %d tokens)", code, body, len(pr.IDs))
+	}
+	want := s.tok.Decode(pr.Greedy, false)
+	code, body = post(t, hs.URL+"/v1/chat/completions", map[string]any{
+		"model": "gemma4-mm", "max_tokens": len(pr.Greedy), "temperature": 0, "n": 2,
+		"messages": []any{map[string]any{"role": "user", "content": []any{
+			map[string]any{"type": "text", "text": parts[0] + " "},
+			map[string]any{"type": "image_url", "image_url": map[string]any{"url": "data:image/png;base64," + s.b64(t, pr.Image+".png")}},
+			map[string]any{"type": "text", "text": " " + parts[1]},
+		}}}})
+	if code != 200 {
+		t.Fatalf("n=2: status %d: %v", code, body)
+	}
+	chs := body["choices"].([]any)
+	if len(chs) != 2 {
+		t.Fatalf("%d choices", len(chs))
+	}
+	for i, c := range chs {
+		if got := c.(map[string]any)["message"].(map[string]any)["content"]; got != want {
+			t.Fatalf("choice %d %q, HF's greedy %q", i, got, want)
+		}
+	}
+}

@@ -17,9 +17,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/kv"
-	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/sampler"
-	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
@@ -160,7 +158,7 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		if kvBlocks == 0 {
 			kvBlocks = maxBatch * ((longest + blockSize - 1) / blockSize)
 		}
-		if bo.Pool, err = newKVPool(m, blockSize, kvBlocks); err != nil {
+		if bo.Pool, err = newKVPool(gm, blockSize, kvBlocks); err != nil {
 			return err
 		}
 		defer bo.Pool.Free()
@@ -247,21 +245,12 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	return enc.Encode(map[string]any{"summary": sum})
 }
 
-// newKVPool makes a paged pool laid out like m's own caches (each layer's
-// kind, window and KV quantization as MakeCaches decides them), blocks
-// blocks of blockSize slots per layer.
-func newKVPool(m model.Model, blockSize, blocks int) (*kv.Pool, error) {
-	var specs []kv.LayerSpec
-	var serr error
-	if err := tensor.Try(func() {
-		cs := m.MakeCaches()
-		defer model.FreeCaches(cs)
-		specs, serr = kv.LayerSpecs(cs)
-	}); err != nil {
+// newKVPool makes a paged pool laid out like m's own caches
+// (generate.PoolLayout), blocks blocks of blockSize slots per layer.
+func newKVPool(m generate.Model, blockSize, blocks int) (*kv.Pool, error) {
+	specs, err := generate.PoolLayout(m)
+	if err != nil {
 		return nil, err
-	}
-	if serr != nil {
-		return nil, serr
 	}
 	return kv.NewPool(kv.PoolConfig{BlockSize: blockSize, Blocks: blocks, Layers: specs})
 }

@@ -239,16 +239,12 @@ func NewBatch(m Model, o BatchOptions) (*Batch, error) {
 	b.runner, _ = b.be.(StepRunner)
 	b.mem, _ = b.be.(MemoryInfo)
 	if o.Pool != nil {
-		var layers int
-		if err := tensor.Try(func() {
-			cs := m.MakeCaches()
-			layers = len(cs)
-			freeCaches(cs)
-		}); err != nil {
+		specs, err := PoolLayout(m)
+		if err != nil {
 			return nil, err
 		}
-		if o.Pool.Layers() != layers {
-			return nil, fmt.Errorf("generate: a KV pool of %d layers for a model of %d", o.Pool.Layers(), layers)
+		if o.Pool.Layers() != len(specs) {
+			return nil, fmt.Errorf("generate: a KV pool of %d layers for a model of %d", o.Pool.Layers(), len(specs))
 		}
 		for _, l := range o.Pool.Stats().Layers {
 			b.capacity = append(b.capacity, l.Capacity)
@@ -256,6 +252,22 @@ func NewBatch(m Model, o BatchOptions) (*Batch, error) {
 		b.reserved = make([]int, len(b.capacity))
 	}
 	return b, nil
+}
+
+// PoolLayout is the paged layout of m's caches: kv.LayerSpecs of a fresh
+// MakeCaches (freed again), so that a pool made with it stores each layer
+// as the model's own contiguous caches would (kind, window, quantization).
+func PoolLayout(m Model) ([]kv.LayerSpec, error) {
+	var specs []kv.LayerSpec
+	var serr error
+	if err := tensor.Try(func() {
+		cs := m.MakeCaches()
+		defer freeCaches(cs)
+		specs, serr = kv.LayerSpecs(cs)
+	}); err != nil {
+		return nil, err
+	}
+	return specs, serr
 }
 
 // Add queues a request: it is validated as Generate validates it (the

@@ -19,13 +19,7 @@ import (
 // its MakeCaches), blocks blocks per layer of bs slots.
 func poolFor(t *testing.T, m generate.Model, bs, blocks int) *kv.Pool {
 	t.Helper()
-	cs := m.MakeCaches()
-	specs, err := kv.LayerSpecs(cs)
-	for _, c := range cs {
-		if c != nil {
-			c.Free()
-		}
-	}
+	specs, err := generate.PoolLayout(m)
 	if err != nil {
 		t.Fatal(err)
 	}

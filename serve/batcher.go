@@ -88,17 +88,9 @@ func newBatchLane(e *engine) (*batchLane, error) {
 	if bs == 0 {
 		bs = kv.DefaultBlockSize
 	}
-	var specs []kv.LayerSpec
-	var serr error
-	if err := tensor.Try(func() {
-		cs := cfg.Model.MakeCaches()
-		defer freeCaches(cs)
-		specs, serr = kv.LayerSpecs(cs)
-	}); err != nil {
+	specs, err := generate.PoolLayout(cfg.Model)
+	if err != nil {
 		return nil, err
-	}
-	if serr != nil {
-		return nil, serr
 	}
 	per, err := probeBlockBytes(cfg, specs, bs)
 	if err != nil {

@@ -204,7 +204,7 @@ func (e *engine) submit(j *job) error {
 	case <-e.quit:
 		e.depth.Add(-1)
 		j.out.push(event{done: &outcome{}}) // releases its adapters
-		return &apiError{status: http.StatusServiceUnavailable, message: "the server is shutting down", typ: "server_error"}
+		return errShuttingDown
 	default:
 	}
 	select {

@@ -53,6 +53,8 @@ type PagedCache struct {
 func newPagedCache(lp *layerPool) *PagedCache {
 	c := &PagedCache{lp: lp, positional: true}
 	switch {
+	case lp.turbo():
+		c.kind = lp.spec.Turbo.turboKind(lp.spec.Window > 0)
 	case lp.spec.Window > 0 && lp.c.quantized():
 		c.kind = KindQuantizedRotating
 	case lp.spec.Window > 0:
@@ -86,7 +88,8 @@ func (p *PagedKV) InOrder() bool { return p.order == nil }
 
 // Parts returns the layer's storage arrays, [NumBlocks, Hkv, BlockSize, w]:
 // keys and values for plain layers; packed keys, key scales, key biases,
-// then the same for values, for quantized ones. The arrays are the pool's
+// then the same for values, for quantized ones; the uint8 key and value
+// codes for TurboQuant ones (see Turbo). The arrays are the pool's
 // (do not free them) and are replaced when the pool grows, so call Parts
 // after the writes of a step, not before.
 func (p *PagedKV) Parts() []*tensor.Array { return p.lp.parts }
@@ -163,6 +166,9 @@ func gatherSlots(lp *layerPool, i int, table []int32, spans []span) *tensor.Arra
 // quantized kernel exists. A new codec (TurboQuant) adds its parts in
 // codec.encode and its attention here.
 func pagedAttention(q *tensor.Array, p *PagedKV, o tensor.SDPAOptions) *tensor.Array {
+	if p.lp.turbo() {
+		return pagedTurboAttention(q, p, o)
+	}
 	if !p.lp.c.quantized() && p.order == nil {
 		return tensor.ScaledDotProductAttentionPaged(q, p.lp.parts[0], p.lp.parts[1], p.Table, p.Len, o)
 	}
@@ -275,7 +281,7 @@ func (c *PagedCache) UpdateAndFetch(keys, values *tensor.Array) KV {
 	c.releaseDeferred()
 	var out KV
 	scoped(func() {
-		enc, _ := c.lp.c.encode("UpdateAndFetch", keys, values)
+		enc := c.lp.encode("UpdateAndFetch", keys, values)
 		c.lp.init("UpdateAndFetch", enc)
 		if c.lp.spec.Window > 0 {
 			out = c.rotatingUpdate(enc)
@@ -526,6 +532,9 @@ func (c *PagedCache) Trim(n int) int {
 // stays valid whatever the cache does later and Save writes it as is.
 func (c *PagedCache) State() State {
 	st := State{Kind: c.kind, Offset: c.offset, GroupSize: c.lp.c.groupSize, Bits: c.lp.c.bits}
+	if c.lp.turbo() {
+		st = c.lp.spec.Turbo.state(st)
+	}
 	n := c.offset
 	if w := c.lp.spec.Window; w > 0 {
 		st.Idx, st.MaxSize, st.Keep = c.idx, w, c.lp.spec.Keep
@@ -552,7 +561,12 @@ func (c *PagedCache) SetState(st State) error {
 		return fmt.Errorf("kv: state quantized with group %d, %d bits for a cache with group %d, %d bits",
 			st.GroupSize, st.Bits, c.lp.c.groupSize, c.lp.c.bits)
 	}
-	if err := checkStateArrays(st, c.lp.c.nparts()); err != nil {
+	if c.lp.turbo() {
+		if err := c.lp.spec.Turbo.checkState(st); err != nil {
+			return err
+		}
+	}
+	if err := checkStateArrays(st, c.lp.nparts()); err != nil {
 		return err
 	}
 	w := c.lp.spec.Window

@@ -53,10 +53,12 @@ type LayerSpec struct {
 	// semantics of RotatingKVCache(Window, Keep), token for token.
 	Window, Keep int
 	// Quant stores the layer affine-quantized (Bits 0: as written), with
-	// the codec of QuantizedKVCache. Another codec (TurboQuant) would be
-	// another field here, its parts made by codec.encode and read by
-	// pagedAttention; the block layout does not change.
+	// the codec of QuantizedKVCache.
 	Quant QuantSpec
+	// Turbo, when its KeyBits are set, stores the layer as TurboQuant codes
+	// (TurboQuantKVCache's bytes, one key and one value part, from the
+	// first token on); it excludes Quant.
+	Turbo TurboSpec
 	// Blocks is the layer's capacity in blocks; 0 takes PoolConfig.Blocks.
 	Blocks int
 }
@@ -76,6 +78,10 @@ func LayerSpecOf(c Cache) (LayerSpec, error) {
 		return LayerSpec{Window: c.maxSize, Keep: c.keepN}, nil
 	case *QuantizedRotatingKVCache:
 		return LayerSpec{Window: c.maxSize, Keep: c.keepN, Quant: QuantSpec{Bits: c.c.bits, GroupSize: c.c.groupSize}}, nil
+	case *TurboQuantKVCache:
+		return LayerSpec{Turbo: c.spec}, nil
+	case *TurboQuantRotatingKVCache:
+		return LayerSpec{Window: c.maxSize, Keep: c.keepN, Turbo: c.spec}, nil
 	case *PagedCache:
 		return c.lp.spec, nil
 	}
@@ -164,6 +170,9 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 				if err := checkQuantSpec(s.Quant.GroupSize, s.Quant.Bits); err != nil {
 					return nil, fmt.Errorf("kv: pool layer %d: %w", i, err)
 				}
+			}
+			if err := s.checkTurbo(); err != nil {
+				return nil, fmt.Errorf("kv: pool layer %d: %w", i, err)
 			}
 		}
 		p.layers = append(p.layers, &layerPool{pool: p, index: i, spec: s, c: codec{s.Quant.GroupSize, s.Quant.Bits}, capacity: s.Blocks})

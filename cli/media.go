@@ -54,7 +54,7 @@ func (m *mediaFlag) Type() string { return "file" }
 // addMediaFlags registers --image and --audio.
 func addMediaFlags(fl *pflag.FlagSet, list *[]mediaArg) {
 	fl.Var(&mediaFlag{list: list, kind: model.MediaImage}, "image",
-		"an image (PNG, JPEG, GIF) for a multimodal model (repeatable; media keep their command-line order)")
+		"an image (PNG, JPEG, GIF, WebP) for a multimodal model (repeatable; media keep their command-line order)")
 	fl.Var(&mediaFlag{list: list, kind: model.MediaAudio}, "audio",
 		"a WAV audio clip for a multimodal model (repeatable)")
 }

@@ -435,7 +435,7 @@ type PreparedMedium struct {
 func (p *PreparedMedium) Shape() *Medium { return &Medium{Kind: p.Kind, Tokens: p.Tokens} }
 
 // Prepare decodes and preprocesses a medium without running a tower:
-// images (PNG, JPEG, GIF) as Gemma4ImageProcessor does, audio (WAV)
+// images (PNG, JPEG, GIF, WebP) as Gemma4ImageProcessor does, audio (WAV)
 // resampled to the feature extractor's rate and turned into its log-mel
 // features (30 s at most; the soft tokens are capped at AudioMaxTokens).
 // Errors wrap media.ErrUnsupported, media.ErrCorrupt, media.ErrTooLarge

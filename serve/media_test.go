@@ -327,6 +327,7 @@ func TestServeMediaErrors(t *testing.T) {
 	raw, _ := base64.StdEncoding.DecodeString(png)
 	trunc := base64.StdEncoding.EncodeToString(raw[:len(raw)/2])
 	webp := base64.StdEncoding.EncodeToString([]byte("RIFF\x10\x00\x00\x00WEBPVP8 \x00\x00\x00\x00"))
+	bmp := base64.StdEncoding.EncodeToString([]byte("BM\x46\x00\x00\x00\x00\x00\x00\x00\x36\x00\x00\x00"))
 	old := mediaByteLimit
 	mediaByteLimit = len(raw) + 100 // the fixture's images fit; a bigger one does not
 	defer func() { mediaByteLimit = old }()
@@ -342,7 +343,8 @@ func TestServeMediaErrors(t *testing.T) {
 		{"remote url", img("https://example.com/cat.png"), "not fetched"},
 		{"not base64", img("data:image/png;base64,@@@@"), "base64"},
 		{"corrupt png", img("data:image/png;base64," + trunc), "corrupt media"},
-		{"webp", img("data:image/webp;base64," + webp), "unsupported media format"},
+		{"corrupt webp", img("data:image/webp;base64," + webp), "corrupt media"},
+		{"bmp", img("data:image/bmp;base64," + bmp), "unsupported media format"},
 		{"too large", img("data:image/png;base64," + big), "too large"},
 		{"mp3", map[string]any{"type": "input_audio", "input_audio": map[string]any{"data": png, "format": "mp3"}}, "unsupported media format"},
 		{"png as wav", map[string]any{"type": "input_audio", "input_audio": map[string]any{"data": png, "format": "wav"}}, "unsupported media format"},

@@ -198,7 +198,7 @@ func TestDecodeImageErrors(t *testing.T) {
 		"empty":     nil,
 		"text":      []byte("hello, not an image"),
 		"truncated": png[:len(png)/2],
-		"webp":      []byte("RIFF\x10\x00\x00\x00WEBPVP8 "),
+		"webp":      []byte("RIFF\x10\x00\x00\x00WEBPVP8 "), // a header and nothing after it
 	}
 	for name, data := range cases {
 		if _, err := DecodeImage(data); err == nil {

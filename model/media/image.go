@@ -66,19 +66,22 @@ func ImageFormat(data []byte) string {
 	return ""
 }
 
-// DecodeImage decodes a PNG, JPEG or GIF (its first frame) into RGB the
-// way PIL's convert("RGB") does: alpha is dropped (not composited),
-// grayscale is replicated, palettes are looked up. Other formats are
+// DecodeImage decodes a PNG, JPEG, GIF (its first frame) or still WebP
+// into RGB the way PIL's convert("RGB") does: alpha is dropped (not
+// composited), grayscale is replicated, palettes are looked up. Other
+// formats (animated WebP among them) are
 // ErrUnsupported, undecodable data ErrCorrupt, and images over
 // MaxImagePixels ErrTooLarge.
 func DecodeImage(data []byte) (*RGB, error) {
 	f := ImageFormat(data)
 	switch f {
 	case "png", "jpeg", "gif":
+	case "webp":
+		return decodeWebP(data)
 	case "":
-		return nil, fmt.Errorf("%w: not an image this server reads (PNG, JPEG or GIF)", ErrUnsupported)
+		return nil, fmt.Errorf("%w: not an image this server reads (PNG, JPEG, GIF or WebP)", ErrUnsupported)
 	default:
-		return nil, fmt.Errorf("%w: %s images are not supported (PNG, JPEG or GIF)", ErrUnsupported, f)
+		return nil, fmt.Errorf("%w: %s images are not supported (PNG, JPEG, GIF or WebP)", ErrUnsupported, f)
 	}
 	cfg, _, err := image.DecodeConfig(bytes.NewReader(data))
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 // genericFixtures are the generic tier's fixtures (tools/oracle/models_more.py).
 var genericFixtures = []string{
 	"llama_linear", "mistral", "ministral", "qwen2_yarn", "smollm3", "olmo2",
-	"granite", "starcoder2", "gemma3", "gemma", "glm4", "glm4_moe",
+	"granite", "starcoder2", "gemma3", "gemma", "glm4", "glm4_moe", "phi3_longrope",
 }
 
 // checkFixture holds one fixture folder's float32 checkpoint to HF: the

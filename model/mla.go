@@ -397,17 +397,15 @@ func (a *mlaAttn) forward(x *tensor.Array, c kv.Cache, mask kv.Mask, prev *tenso
 
 // selection returns DSA's attention mask [B, 1, T, keys] for queries at
 // positions off.. : each query attends to the causal keys among its topK
-// best by the indexer's score Σ_h w_h·relu(q_h·k/√dim) (ties: the lower
-// position).
+// best by the indexer's score Σ_h w_h·relu(q_h·k/√dim), chosen as HF's
+// torch.topk chooses them over the row with the future keys at float32's
+// lowest value: the scores tie exactly (every head's ReLU zero, and the
+// masked keys), and torch's CPU order among ties decides which tied keys
+// make the cut (torchTopK). The scores come to the host for it.
 func (ix *dsaIndexer) selection(x, iq, ik *tensor.Array, off int) *tensor.Array {
 	sc := tensor.NewScope()
 	defer sc.Close()
 	bs, t, n := x.Dim(0), x.Dim(1), ik.Dim(2)
-	dots := tensor.Matmul(tensor.AsType(iq, tensor.Float32), tensor.SwapAxes(tensor.AsType(ik, tensor.Float32), 2, 3)) // [B, Hi, T, n]
-	scores := tensor.MaximumScalar(tensor.MulScalar(dots, 1/math.Sqrt(float64(ix.dim))), 0)
-	wts := tensor.MulScalar(tensor.AsType(ix.Weights.Forward(x), tensor.Float32), 1/math.Sqrt(float64(ix.heads))) // [B, T, Hi]
-	wts = tensor.ExpandDims(tensor.Transpose(wts, 0, 2, 1), -1)                                                   // [B, Hi, T, 1]
-	index := tensor.Sum(tensor.Mul(scores, wts), []int{1}, false)                                                 // [B, T, n]
 	raw := make([]byte, t*n)
 	for i := range t {
 		for j := range n {
@@ -420,10 +418,25 @@ func (ix *dsaIndexer) selection(x, iq, ik *tensor.Array, off int) *tensor.Array 
 	if ix.topK >= n {
 		return sc.Keep(tensor.BroadcastTo(tensor.Reshape(causal, 1, 1, t, n), bs, 1, t, n))
 	}
-	index = tensor.WhereScalar(causal, index, math.Inf(-1))
-	_, top := tensor.TopK(index, ix.topK, -1)
-	picked := tensor.PutAlongAxis(tensor.FullOn(x.Backend(), []int{bs, t, n}, 0, tensor.Bool), top, tensor.FullOn(x.Backend(), []int{1}, 1, tensor.Bool), -1)
-	return sc.Keep(tensor.Reshape(tensor.LogicalAnd(picked, causal), bs, 1, t, n))
+	dots := tensor.Matmul(tensor.AsType(iq, tensor.Float32), tensor.SwapAxes(tensor.AsType(ik, tensor.Float32), 2, 3)) // [B, Hi, T, n]
+	scores := tensor.MaximumScalar(tensor.MulScalar(dots, 1/math.Sqrt(float64(ix.dim))), 0)
+	wts := tensor.MulScalar(tensor.AsType(ix.Weights.Forward(x), tensor.Float32), 1/math.Sqrt(float64(ix.heads))) // [B, T, Hi]
+	wts = tensor.ExpandDims(tensor.Transpose(wts, 0, 2, 1), -1)                                                   // [B, Hi, T, 1]
+	index := tensor.Sum(tensor.Mul(scores, wts), []int{1}, false)                                                 // [B, T, n]
+	index = tensor.WhereScalar(causal, index, -math.MaxFloat32)
+	host := index.Float32s()
+	picked := make([]byte, bs*t*n)
+	for r := range bs * t {
+		row := host[r*n : (r+1)*n]
+		base := r * n
+		i := r % t
+		for _, j := range torchTopK(row, ix.topK) {
+			if j <= off+i {
+				picked[base+j] = 1
+			}
+		}
+	}
+	return sc.Keep(tensor.FromBytesOn(x.Backend(), picked, []int{bs, 1, t, n}, tensor.Bool, false))
 }
 
 // forward routes x [B, T, D]: sigmoid scores plus the correction bias

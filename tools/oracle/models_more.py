@@ -25,6 +25,11 @@ others go on. Run where torch and transformers 5.x are installed:
 
     PYTHONUNBUFFERED=1 python3 tools/oracle/models_more.py --out OUTDIR [--only a,b]
 
+It also writes <variant>/bf16/ (the same weights cast to bfloat16; MoE
+correction biases stay float32) and golden.json's greedy_bf16 (HF's greedy
+continuation in bfloat16). The *_mtp variants add an MTP block instead
+(see build_mtp) and golden.json's mtp_logits_f32.
+
 Reruns with the same transformers give the same files.
 """
 import argparse
@@ -177,7 +182,25 @@ def variants():
     add("glm_moe_dsa_h8", "GlmMoeDsaConfig",
         dict(mla, index_topk=8, index_head_dim=16, index_n_heads=8,
              rope_parameters={"rope_type": "default", "rope_theta": 10000.0}))
+    # Multi-token prediction: the models are built with one more layer,
+    # which becomes the MTP block (see build_mtp). Appended last as well.
+    add("deepseek_v3_mtp", "DeepseekV3Config",
+        dict(mla, num_hidden_layers=4, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}))
+    add("glm_moe_dsa_mtp", "GlmMoeDsaConfig",
+        dict(mla, num_hidden_layers=4, index_topk=8, index_head_dim=16, index_n_heads=8,
+             rope_parameters={"rope_type": "default", "rope_theta": 10000.0}))
+    add("qwen3_next_mtp", "Qwen3NextConfig",
+        dict(hyb, **moe, num_hidden_layers=5, layer_types=HYBRID + ["full_attention"],
+             mlp_only_layers=[], rope_parameters=rope_next))
     return out
+
+
+# MTP variants: HF builds L+1 decoder layers; the last is the MTP block's
+# decoder layer, the model proper runs the first L. The checkpoint stores
+# it the way DeepSeek-V3 / GLM (model.layers.L.{enorm,hnorm,eh_proj,
+# shared_head.norm,...}) or Qwen3-Next (mtp.{fc,pre_fc_norm_embedding,
+# pre_fc_norm_hidden,layers.0,norm}) do.
+MTP = {"deepseek_v3_mtp": "deepseek", "glm_moe_dsa_mtp": "deepseek", "qwen3_next_mtp": "qwen"}
 
 
 def widen(torch, model, seed):
@@ -245,9 +268,12 @@ def build(torch, transformers, out, i, name, cls_name, alts):
     res = model(torch.tensor([prompt]), use_cache=False, output_hidden_states=True)
     logits = res.logits[0].float()
     hidden = [h[0].float().tolist() for h in res.hidden_states] if res.hidden_states is not None else []
-    g32 = greedy(torch, model, prompt, GREEDY)
     d = os.path.join(out, name)
     f32 = os.path.join(d, "f32")
+    if name in MTP:
+        build_mtp(torch, model, cfg, name, prompt, d, f32, 500 + i)
+        return
+    g32 = greedy(torch, model, prompt, GREEDY)
     model.save_pretrained(f32, safe_serialization=True)
     for junk in ("generation_config.json",):
         p = os.path.join(f32, junk)
@@ -270,6 +296,17 @@ def build(torch, transformers, out, i, name, cls_name, alts):
         "rope": rope_buffers(model),
         "window": int(min([w for w in windows if w] or [0])),
     }
+    # the same weights in bfloat16, and HF's greedy continuation there
+    mb = model.to(torch.bfloat16)
+    for mname, sub in mb.named_modules():  # kept in float32, as HF loads it
+        buf = getattr(sub, "e_score_correction_bias", None)
+        if buf is not None:
+            sub.e_score_correction_bias = buf.float()
+    mb.save_pretrained(os.path.join(d, "bf16"), safe_serialization=True)
+    p = os.path.join(d, "bf16", "generation_config.json")
+    if os.path.exists(p):
+        os.remove(p)
+    golden["greedy_bf16"] = greedy(torch, mb, prompt, GREEDY)
     with open(os.path.join(d, "golden.json"), "w") as f:
         json.dump(golden, f)
     from safetensors import safe_open
@@ -281,6 +318,122 @@ def build(torch, transformers, out, i, name, cls_name, alts):
     print(name, "tensors:", {k: v for k, v in shapes.items() if "layers." not in k or ".0." in k or ".1." in k})
     print(name, "config:", open(os.path.join(f32, "config.json")).read())
     print(name, "max|logit|", float(logits.abs().max()), "std", float(logits.std()), "greedy", g32)
+
+
+def causal_mask(torch, t):
+    m = torch.full((t, t), torch.finfo(torch.float32).min)
+    return torch.triu(m, diagonal=1)[None, None]
+
+
+def build_mtp(torch, model, cfg, name, prompt, d, f32, seed):
+    """Saves the first L layers as the model and the last as its MTP
+    block, with golden logits of both.
+
+    MTP at position i reads the model's final-normed hidden state h_i and
+    the embedding of token i+1: x = proj([norm_e(embed(t_{i+1})),
+    norm_h(h_i)]), then the decoder layer over x at positions 0..T-2 (its
+    own causal attention), then a norm and the head. mtp_logits_f32[i]
+    predicts token i+2."""
+    import sys as _sys
+    from safetensors.torch import load_file, save_file
+    mod = _sys.modules[type(model).__module__]
+    kind = MTP[name]
+    inner = model.model
+    L = len(inner.layers) - 1
+    hidden = cfg.hidden_size
+    prefix = type(model).__name__.replace("ForCausalLM", "")
+    Norm = getattr(mod, prefix + "RMSNorm")
+    g = torch.Generator().manual_seed(seed)
+    extra = {}
+    norms = {}
+    for key in ("e", "h", "out"):
+        n = Norm(hidden, eps=cfg.rms_norm_eps)
+        with torch.no_grad():
+            base = 0.0 if bool((n.weight == 0).all()) else 1.0
+            n.weight.copy_(base + 0.1 * torch.randn(n.weight.shape, generator=g))
+        norms[key] = n.float().eval()
+    proj = torch.nn.Linear(2 * hidden, hidden, bias=False)
+    with torch.no_grad():
+        proj.weight.copy_(0.15 * torch.randn(proj.weight.shape, generator=g))
+    # the checkpoint: HF's save of L+1 layers, the last renamed
+    model.save_pretrained(f32, safe_serialization=True)
+    for junk in ("generation_config.json",):
+        p = os.path.join(f32, junk)
+        if os.path.exists(p):
+            os.remove(p)
+    st = load_file(os.path.join(f32, "model.safetensors"))
+    lp = "model.layers.%d." % L
+    out = {}
+    for k, v in st.items():
+        if k.startswith(lp):
+            rest = k[len(lp):]
+            out[(lp if kind == "deepseek" else "mtp.layers.0.") + rest] = v
+        else:
+            out[k] = v
+    if kind == "deepseek":
+        out[lp + "enorm.weight"] = norms["e"].weight.detach().clone()
+        out[lp + "hnorm.weight"] = norms["h"].weight.detach().clone()
+        out[lp + "eh_proj.weight"] = proj.weight.detach().clone()
+        out[lp + "shared_head.norm.weight"] = norms["out"].weight.detach().clone()
+        if name.startswith("deepseek"):  # DeepSeek-V3 stores its own copies
+            out[lp + "embed_tokens.weight"] = inner.embed_tokens.weight.detach().clone()
+            out[lp + "shared_head.head.weight"] = model.lm_head.weight.detach().clone()
+    else:
+        out["mtp.pre_fc_norm_embedding.weight"] = norms["e"].weight.detach().clone()
+        out["mtp.pre_fc_norm_hidden.weight"] = norms["h"].weight.detach().clone()
+        out["mtp.fc.weight"] = proj.weight.detach().clone()
+        out["mtp.norm.weight"] = norms["out"].weight.detach().clone()
+    save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(f32, "model.safetensors"), metadata={"format": "pt"})
+    conf = json.load(open(os.path.join(f32, "config.json")))
+    conf["num_hidden_layers"] = L
+    for key in ("layer_types", "mlp_layer_types", "indexer_types"):
+        if isinstance(conf.get(key), list):
+            conf[key] = conf[key][:L]
+    if kind == "deepseek":
+        conf["num_nextn_predict_layers"] = 1
+    else:
+        conf["mtp_num_hidden_layers"] = 1
+    with open(os.path.join(f32, "config.json"), "w") as f:
+        json.dump(conf, f, indent=2, sort_keys=True)
+    # the model proper: the first L layers
+    mtp_layer = inner.layers[L]
+    inner.layers = torch.nn.ModuleList(list(inner.layers)[:L])
+    model.config.num_hidden_layers = L
+    inner.config.num_hidden_layers = L
+    for key in ("layer_types", "mlp_layer_types", "indexer_types"):
+        v = getattr(model.config, key, None)
+        if isinstance(v, list):
+            setattr(model.config, key, v[:L])
+    ids = torch.tensor([prompt])
+    h = inner(ids, use_cache=False).last_hidden_state  # final-normed
+    logits = model.lm_head(h)[0].float()
+    g32 = greedy(torch, model, prompt, GREEDY)
+    # the MTP block
+    t = len(prompt) - 1
+    e = inner.embed_tokens(ids[:, 1:])
+    x = proj(torch.cat([norms["e"](e), norms["h"](h[:, :t])], dim=-1))
+    pos = torch.arange(t)[None]
+    pe = inner.rotary_emb(x, pos)
+    y = mtp_layer(hidden_states=x, attention_mask=causal_mask(torch, t), position_ids=pos,
+                  past_key_values=None, use_cache=False, position_embeddings=pe)
+    if isinstance(y, tuple):
+        y = y[0]
+    mtp_logits = model.lm_head(norms["out"](y))[0].float()
+    golden = {
+        "variant": name,
+        "hf_class": type(model).__name__,
+        "transformers": __import__("transformers").__version__,
+        "prompt": prompt,
+        "logits_f32": [[float(v) for v in row] for row in logits.tolist()],
+        "greedy_f32": g32,
+        "mtp_logits_f32": [[float(v) for v in row] for row in mtp_logits.tolist()],
+        "window": 0,
+    }
+    with open(os.path.join(d, "golden.json"), "w") as f:
+        json.dump(golden, f)
+    print("==", name, "L", L, "max|logit|", float(logits.abs().max()), "mtp max|logit|",
+          float(mtp_logits.abs().max()), "greedy", g32)
+    print(name, "mtp tensors:", sorted(k for k in out if k.startswith(lp) or k.startswith("mtp.")))
 
 
 def main():

@@ -202,15 +202,22 @@ func responsesInput(raw json.RawMessage, prior []templateMessage) ([]templateMes
 		}
 		switch it.Type {
 		case "", "message":
-			text, err := responsesContent(it.Content, param+".content")
+			var content any
+			var err error
+			if it.Role == "assistant" {
+				content, err = responsesContent(it.Content, param+".content")
+			} else {
+				content, err = responsesMessageContent(it.Content, param+".content")
+			}
 			if err != nil {
 				return nil, err
 			}
+			text, _ := content.(string)
 			switch it.Role {
 			case "user", "system":
-				out = append(out, templateMessage{"role": it.Role, "content": text})
+				out = append(out, templateMessage{"role": it.Role, "content": content})
 			case "developer":
-				out = append(out, templateMessage{"role": "system", "content": text})
+				out = append(out, templateMessage{"role": "system", "content": content})
 			case "assistant":
 				m := templateMessage{"role": "assistant", "content": text}
 				if reasoning != "" {
@@ -311,25 +318,84 @@ func responsesContent(raw json.RawMessage, param string) (string, error) {
 	}
 	var b strings.Builder
 	for k, p := range parts {
-		var typ string
-		_ = json.Unmarshal(p["type"], &typ)
-		member := "text"
-		switch typ {
-		case "input_text", "output_text", "text":
-		case "refusal":
-			member = "refusal"
-		case "":
-			return "", badRequest(fmt.Sprintf("%s[%d].type", param, k), "a content part needs a type")
-		default:
-			return "", badRequest(fmt.Sprintf("%s[%d].type", param, k), "content parts of type %q are unsupported (this server reads text only)", typ)
-		}
-		var text string
-		if err := json.Unmarshal(p[member], &text); err != nil {
-			return "", badRequest(fmt.Sprintf("%s[%d].%s", param, k, member), "a %s part needs a string %s", typ, member)
+		text, err := responsesTextPart(p, fmt.Sprintf("%s[%d]", param, k))
+		if err != nil {
+			return "", err
 		}
 		b.WriteString(text)
 	}
 	return b.String(), nil
+}
+
+// responsesTextPart reads one text part (input_text, output_text, text or
+// refusal) of a content list; param names the part.
+func responsesTextPart(p map[string]json.RawMessage, param string) (string, error) {
+	var typ string
+	_ = json.Unmarshal(p["type"], &typ)
+	member := "text"
+	switch typ {
+	case "input_text", "output_text", "text":
+	case "refusal":
+		member = "refusal"
+	case "":
+		return "", badRequest(param+".type", "a content part needs a type")
+	default:
+		return "", badRequest(param+".type", "content parts of type %q are unsupported (this server reads text only)", typ)
+	}
+	var text string
+	if err := json.Unmarshal(p[member], &text); err != nil {
+		return "", badRequest(param+"."+member, "a %s part needs a string %s", typ, member)
+	}
+	return text, nil
+}
+
+// responsesMessageContent is a user, system or developer message item's
+// content for the chat route: text as responsesContent reads it or, when
+// the list holds input_image (or input_audio) parts, the list in chat's
+// shape — text parts, and image_url ({url}) and input_audio parts — for
+// chatPlan's media collector to read (media.go), which also answers the
+// 400s for media the model cannot take.
+func responsesMessageContent(raw json.RawMessage, param string) (any, error) {
+	var parts []map[string]json.RawMessage
+	if absent(raw) || json.Unmarshal(raw, &parts) != nil || !slices.ContainsFunc(parts, func(p map[string]json.RawMessage) bool {
+		var typ string
+		_ = json.Unmarshal(p["type"], &typ)
+		return typ == "input_image" || typ == "input_audio"
+	}) {
+		return responsesContent(raw, param)
+	}
+	out := make([]map[string]any, 0, len(parts))
+	for k, p := range parts {
+		kp := fmt.Sprintf("%s[%d]", param, k)
+		var typ string
+		_ = json.Unmarshal(p["type"], &typ)
+		switch typ {
+		case "input_image":
+			if !absent(p["file_id"]) {
+				return nil, badRequest(kp+".file_id", "input_image file_id is unsupported (this server has no files API): send image_url as a data: URL")
+			}
+			var url string
+			if json.Unmarshal(p["image_url"], &url) != nil || url == "" {
+				var obj struct {
+					URL string `json:"url"`
+				}
+				if json.Unmarshal(p["image_url"], &obj) != nil || obj.URL == "" {
+					return nil, badRequest(kp+".image_url", "an input_image part needs image_url: \"data:image/...;base64,...\"")
+				}
+				url = obj.URL
+			}
+			out = append(out, map[string]any{"type": "image_url", "image_url": map[string]string{"url": url}})
+		case "input_audio":
+			out = append(out, map[string]any{"type": "input_audio", "input_audio": p["input_audio"]})
+		default:
+			text, err := responsesTextPart(p, kp)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, map[string]any{"type": "text", "text": text})
+		}
+	}
+	return out, nil
 }
 
 // responsesTools converts function tools ({type: function, name,

@@ -108,6 +108,10 @@ func (e *FitError) Unwrap() error { return ErrNeverFits }
 // whose kernels give a row the same result whatever else a call holds
 // (the CPU backend), a row generates exactly what it generates alone.
 //
+// A row may decode speculatively (Options.Speculation): its share of a
+// pass is then its pending token and its own drafts, verified in the
+// same varlen pass (see rowSpec), and it delivers what it delivers alone.
+//
 // A Batch is driven by one goroutine (Add, Step, Close); Row.Cancel may
 // be called from any goroutine.
 type Batch struct {
@@ -172,6 +176,7 @@ type Row struct {
 	cancel   atomic.Bool
 	err      error
 	freed    bool
+	spec     *rowSpec // speculative decoding's state (batch_spec.go), or nil
 }
 
 type rowPhase int
@@ -281,10 +286,6 @@ func (b *Batch) Add(ctx context.Context, prompt []int32, opts *Options) (*Row, e
 	if err != nil {
 		return nil, err
 	}
-	if p.o.Speculation != nil {
-		p.smp.Free()
-		return nil, errors.New("generate: speculative decoding is not run in a batch (a row decodes one token per step); leave Options.Speculation unset")
-	}
 	if _, ok := b.m.(RowForwarder); len(p.o.Adapters) > 0 && !ok {
 		p.smp.Free()
 		return nil, fmt.Errorf("generate: adapters %v asked of a model that runs none (no RowForwarder)", p.o.Adapters)
@@ -323,6 +324,7 @@ func (b *Batch) reservation(r *Row) error {
 	if o.Grammar != nil && o.JumpForward {
 		chunk = tokens
 	}
+	chunk = max(chunk, specChunk(o))
 	r.need = b.o.Pool.BlocksNeeded(tokens, chunk)
 	for l, n := range r.need {
 		if n > b.capacity[l] {
@@ -376,6 +378,20 @@ type segment struct {
 	// pre is how many leading ids are the end of the row's prompt riding
 	// with its first step (already recorded as prefilled)
 	pre int
+	// outs is how many last positions of ids are sampled when logits is
+	// set (a speculative round's pending token and drafts); 0 means 1
+	outs int
+}
+
+// nout is how many positions of the segment's ids have their logits taken.
+func (s segment) nout() int {
+	switch {
+	case !s.logits:
+		return 0
+	case s.outs > 0:
+		return s.outs
+	}
+	return 1
 }
 
 // Step runs one forward pass over the running rows (admitting waiting
@@ -455,6 +471,9 @@ func (b *Batch) admit(r *Row, events []Event) []Event {
 		}
 		r.owned = true
 	}
+	if err := b.specStart(r); err != nil {
+		return b.end(r, StopError, err, events)
+	}
 	r.q.start = time.Now()
 	r.phase = phasePrefill
 	r.admitted = true
@@ -480,8 +499,30 @@ func (b *Batch) plan(events []Event) ([]segment, []Event) {
 		budget -= len(pre) + len(ids)
 		return true
 	}
+	// A speculative row drafts into what the budget leaves after every
+	// decoding row's pending tokens.
+	specced := func(r *Row, pre []int32, avail int) {
+		seg, err := b.specSegment(r, pre, avail)
+		if err != nil {
+			events = b.end(r, StopError, err, events)
+			return
+		}
+		segs = append(segs, seg)
+		budget -= len(seg.ids)
+	}
+	pendingIn := 0
 	for _, r := range b.running {
 		if r.phase == phaseDecode {
+			pendingIn += len(r.in)
+		}
+	}
+	for _, r := range b.running {
+		if r.phase == phaseDecode {
+			pendingIn -= len(r.in)
+			if r.spec != nil {
+				specced(r, nil, budget-pendingIn)
+				continue
+			}
 			sampled(r, nil, r.in)
 		}
 	}
@@ -503,6 +544,13 @@ func (b *Batch) plan(events []Event) ([]segment, []Event) {
 			// (the kernels do not depend on the tokens beside it).
 			r.q.prefilled(ids, r.caches)
 			pre = ids
+		}
+		if r.spec != nil {
+			r.specEnter()
+			if len(pre)+len(r.in) <= budget || len(segs) == 0 || pre != nil {
+				specced(r, pre, budget)
+			}
+			continue
 		}
 		in, lead, stop, err := r.q.firstStep()
 		if err != nil {
@@ -567,8 +615,8 @@ func (b *Batch) pass(segs []segment) (events []Event, err error) {
 		start := 0
 		for _, s := range segs {
 			start += len(s.ids)
-			if s.logits {
-				last = append(last, int32(start-1))
+			for j := s.nout(); j > 0; j-- {
+				last = append(last, int32(start-j))
 			}
 		}
 		var logits *tensor.Array
@@ -590,7 +638,7 @@ func (b *Batch) pass(segs []segment) (events []Event, err error) {
 			tensor.Eval(h)
 		}
 		for _, s := range segs {
-			if s.r.quant {
+			if s.r.quant && s.r.spec == nil { // a speculative row quantizes after its rollback
 				if _, err := kv.MaybeQuantize(s.r.caches, s.r.plan); err != nil {
 					return err
 				}
@@ -599,6 +647,11 @@ func (b *Batch) pass(segs []segment) (events []Event, err error) {
 		row := 0
 		for _, s := range segs {
 			if !s.logits {
+				continue
+			}
+			if s.r.spec != nil {
+				s.r.specKeep(sc, logits, row, s.nout())
+				row += s.nout()
 				continue
 			}
 			s.r.q.stats.DecodeSteps++
@@ -623,6 +676,10 @@ func (b *Batch) pass(segs []segment) (events []Event, err error) {
 		}
 		if !s.logits {
 			q.prefilled(s.ids, r.caches)
+			continue
+		}
+		if r.spec != nil {
+			events = b.specResult(s, now, events)
 			continue
 		}
 		var res = q.read()
@@ -668,7 +725,7 @@ func (b *Batch) rowSpans(segs []segment) (rf RowForwarder, spans, logits []RowSp
 	for _, s := range segs {
 		spans = append(spans, RowSpan{Tokens: len(s.ids), Adapters: s.r.opts.Adapters})
 		if s.logits {
-			logits = append(logits, RowSpan{Tokens: 1, Adapters: s.r.opts.Adapters})
+			logits = append(logits, RowSpan{Tokens: s.nout(), Adapters: s.r.opts.Adapters})
 		}
 	}
 	return rf, spans, logits
@@ -744,6 +801,7 @@ func (r *Row) release() {
 		return
 	}
 	r.freed = true
+	r.specClose()
 	r.q.freeSteps()
 	r.q.smp.Free()
 	if r.owned {

@@ -211,8 +211,12 @@ func numDraft(sp *Speculation) int {
 
 // newDrafter makes the generation's draft source.
 func (s *Stream) newDrafter() (Drafter, error) {
-	sp := s.q.o.Speculation
-	info := DraftInfo{Vocab: s.m.VocabSize(), Sampler: s.q.o.Sampler, Backend: s.be, PrefillChunkSize: s.chunk}
+	return makeDrafter(s.q.o.Speculation, DraftInfo{Vocab: s.m.VocabSize(), Sampler: s.q.o.Sampler, Backend: s.be, PrefillChunkSize: s.chunk})
+}
+
+// makeDrafter makes the draft source sp asks for (a lone Stream's or a
+// batch row's).
+func makeDrafter(sp *Speculation, info DraftInfo) (Drafter, error) {
 	switch {
 	case sp.Drafter != nil:
 		return sp.Drafter(info)
@@ -237,19 +241,9 @@ type specRun struct {
 	st        SpecStats
 }
 
-// runSpec is Stream.run's decode loop when speculation is on: rounds of
-// draft, one target forward pass over [pending…, drafts…], the accept
-// walk, rollback, delivery.
-func (s *Stream) runSpec(yield func(Token, error) bool) error {
-	q := s.q
+// newSpecRun starts the speculative state of sequence q with drafter d.
+func newSpecRun(q *seq, d Drafter) *specRun {
 	sp := q.o.Speculation
-	d, err := s.newDrafter()
-	if err != nil {
-		return fmt.Errorf("generate: draft source: %w", err)
-	}
-	if d == nil {
-		return errors.New("generate: the draft source factory returned no drafter")
-	}
 	r := &specRun{gamma: numDraft(sp), drafter: d, rnd: &SpecRand{smp: q.smp}}
 	r.sampling = q.o.Sampler.Temperature > 0 && !sp.Exact
 	if sp.Auto {
@@ -259,6 +253,22 @@ func (s *Stream) runSpec(yield func(Token, error) bool) error {
 	r.st.AcceptanceLengths = make([]int, r.gamma+1)
 	r.st.DraftedByPos = make([]int, r.gamma)
 	r.st.AcceptedByPos = make([]int, r.gamma)
+	return r
+}
+
+// runSpec is Stream.run's decode loop when speculation is on: rounds of
+// draft, one target forward pass over [pending…, drafts…], the accept
+// walk, rollback, delivery.
+func (s *Stream) runSpec(yield func(Token, error) bool) error {
+	q := s.q
+	d, err := s.newDrafter()
+	if err != nil {
+		return fmt.Errorf("generate: draft source: %w", err)
+	}
+	if d == nil {
+		return errors.New("generate: the draft source factory returned no drafter")
+	}
+	r := newSpecRun(q, d)
 	defer func() {
 		d.Close()
 		r.snap.free()

@@ -1,0 +1,157 @@
+package generate_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/tensor/tensortest"
+)
+
+// TestBatchSpecRowsEqualAlone: rows with speculative decoding (prompt
+// lookup at a random γ, fixed or adaptive; a draft model of the same
+// vocabulary) decode in a batch beside plain rows, joining at random
+// steps, over contiguous caches and over a paged pool (Gemma 4's sliding
+// windows exceeded by the prompts: snapshot and replay). A greedy
+// speculative row delivers exactly what the request delivers alone
+// without speculation — tokens, logprob bits, top logprobs, stop reason;
+// a sampled one exactly what it delivers alone with the same Speculation
+// and seed. Every speculative row reports its statistics, and some
+// drafts are accepted.
+func TestBatchSpecRowsEqualAlone(t *testing.T) {
+	t.Cleanup(tensortest.NoLeaks(t))
+	draft := loadModel(t, filepath.Join(fixtures, "qwen3_5", "f32"), nil)
+	rowsPer := 8
+	if testing.Short() {
+		rowsPer = 4
+	}
+	accepted, restores := 0, 0
+	for fi, name := range allFixtures {
+		for _, paged := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/paged=%v", name, paged), func(t *testing.T) {
+				m := loadModel(t, filepath.Join(fixtures, name, "f32"), nil)
+				r := rand.New(rand.NewPCG(uint64(fi), 11))
+				reqs := make([]request, rowsPer)
+				specs := make([]bool, rowsPer)
+				for i := range reqs {
+					q := randomRequest(r, m.VocabSize(), nil)
+					q.prompt = repetitive(append(q.prompt, randomIDs(r, m.VocabSize(), 12)...))
+					q.o.MaxTokens = 4 + r.IntN(20)
+					q.join = r.IntN(6)
+					if i%4 != 3 { // one row in four decodes plainly
+						sp := &generate.Speculation{Lookup: true, NumDraft: 1 + r.IntN(8), Auto: r.IntN(4) == 0}
+						if r.IntN(3) == 0 && draft.VocabSize() == m.VocabSize() {
+							sp = &generate.Speculation{Draft: draft, NumDraft: 1 + r.IntN(4)}
+						}
+						if i%2 == 0 { // greedy half the time
+							q.o.Sampler.Temperature = 0
+						} else {
+							// adaptive γ follows measured times: a sampled row's
+							// rounds, and so its draws, would vary run to run
+							sp.Auto = false
+						}
+						q.o.Speculation = sp
+						specs[i] = true
+					}
+					reqs[i] = q
+				}
+				bo := generate.BatchOptions{MaxRows: 2 + r.IntN(4)}
+				bo.TokenBudget = bo.MaxRows + 8 + r.IntN(40)
+				if paged {
+					longest := 0
+					for _, q := range reqs {
+						longest = max(longest, len(q.prompt)+q.o.MaxTokens)
+					}
+					pool := poolFor(t, m, 4, 4*((longest+3)/4)+8)
+					defer pool.Free()
+					bo.Pool = pool
+				}
+				got, st := runBatchStats(t, m, reqs, bo)
+				for i, q := range reqs {
+					alone := q.o
+					if q.o.Sampler.Temperature == 0 {
+						alone.Speculation = nil // greedy: the plain run's tokens
+					}
+					sameAsSolo(t, name, i, got[i].solo, runSolo(t, m, q.prompt, alone))
+					sst := got[i].stats.Speculation
+					if specs[i] != (sst != nil) {
+						t.Fatalf("row %d: speculation %v, stats %+v", i, specs[i], sst)
+					}
+					if sst != nil {
+						accepted += sst.Accepted
+						restores += sst.Restores
+						if sst.Drafted != sst.Accepted+sst.Rejected || sst.TargetCalls == 0 {
+							t.Errorf("row %d: stats %+v", i, *sst)
+						}
+					}
+				}
+				if paged && (st.BlocksReserved != 0 || st.Blocks.Used != 0) {
+					t.Errorf("after the batch: %d blocks reserved, %d used", st.BlocksReserved, st.Blocks.Used)
+				}
+				t.Logf("%d rows, max batch %d of %d, budget %d: %d steps", len(reqs), st.MaxRows, bo.MaxRows, bo.TokenBudget, st.Steps)
+			})
+		}
+	}
+	if accepted == 0 {
+		t.Error("no draft was ever accepted")
+	}
+	if restores == 0 {
+		t.Error("no row ever restored a snapshot (the sliding-window path went untested)")
+	}
+	t.Logf("%d drafts accepted, %d restores", accepted, restores)
+}
+
+// soloStats is what a batched row delivered, with its final statistics.
+type soloStats struct {
+	solo
+	stats generate.Stats
+}
+
+// runBatchStats is runBatch keeping each row's final statistics.
+func runBatchStats(t *testing.T, m generate.Model, reqs []request, bo generate.BatchOptions) ([]soloStats, generate.BatchStats) {
+	t.Helper()
+	b, err := generate.NewBatch(m, bo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	out := make([]soloStats, len(reqs))
+	rows := make([]*generate.Row, len(reqs))
+	byRow := map[*generate.Row]int{}
+	added := 0
+	for step := 0; step < 10000; step++ {
+		for i, q := range reqs {
+			if rows[i] == nil && q.join <= step {
+				o := q.o
+				row, err := b.Add(t.Context(), q.prompt, &o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rows[i], byRow[row] = row, i
+				added++
+			}
+		}
+		if added == len(reqs) && b.Idle() {
+			return out, b.Stats()
+		}
+		evs, err := b.Step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			i := byRow[ev.Row]
+			if ev.Err != nil {
+				t.Fatalf("row %d: %v", i, ev.Err)
+			}
+			out[i].add(ev.Tokens)
+			if ev.Done {
+				out[i].reason = ev.Row.Stats().StopReason
+				out[i].stats = ev.Row.Stats()
+			}
+		}
+	}
+	t.Fatal("batch did not finish in 10000 steps")
+	return nil, generate.BatchStats{}
+}

@@ -56,8 +56,33 @@ type Mounted struct {
 	// mounted again, perhaps from other files, gets a new one.
 	Serial uint64
 	// deltas are the pairs as applied, by module path.
-	deltas map[string]*Delta
+	deltas map[string]*pair
 	owned  []*tensor.Array
+}
+
+// pair is a mounted adapter's pair as passes apply it, in the
+// activations' type: a is scale·A (the scale folded in at Mount, so a
+// pass multiplies nothing but the two products) and b is B.
+type pair struct {
+	*Delta
+	a, b *tensor.Array
+	// stack, for a dense pair whose layer takes the same input as sibling
+	// layers the adapter also adapts (q/k/v, gate/up), holds the
+	// siblings' a one above the other, and row is where this pair's rows
+	// start: a pass computes x·aᵀ for all of them once per input.
+	stack *stackA
+	row   int
+}
+
+// stackA is the a of sibling pairs stacked, [Σr, in].
+type stackA struct{ a *tensor.Array }
+
+// siblings are layer names that models feed the same input: a layer's
+// group, by its last path component.
+var siblings = map[string]string{
+	"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv",
+	"gate_proj": "gate_up", "up_proj": "gate_up",
+	"w1": "w13", "w3": "w13",
 }
 
 // Layers is the number of model layers the adapter adds a residual to.
@@ -165,18 +190,8 @@ func (h *Host) Mount(id string, a *Adapter) (*Mounted, error) {
 			return nil, err
 		}
 	}
-	m := &Mounted{ID: id, Adapter: a, deltas: map[string]*Delta{}}
-	err := tensor.Try(func() {
-		for k, d := range a.Deltas {
-			c := *d
-			if h.dtype.Valid() && d.A.DType() != h.dtype {
-				c.A, c.B = tensor.AsType(d.A, h.dtype), tensor.AsType(d.B, h.dtype)
-				tensor.Detach(c.A, c.B)
-				m.owned = append(m.owned, c.A, c.B)
-			}
-			m.deltas[k] = &c
-		}
-	})
+	m := &Mounted{ID: id, Adapter: a, deltas: map[string]*pair{}}
+	err := tensor.Try(func() { h.prepare(m) })
 	if err != nil {
 		tensor.Free(m.owned...)
 		return nil, err
@@ -195,6 +210,61 @@ func containsPlus(s string) bool {
 		}
 	}
 	return false
+}
+
+// prepare makes m's pairs as passes apply them (h.mu held): a = scale·A
+// and b = B in the activations' type (computed in float32 and rounded
+// once), and the a of sibling dense pairs stacked.
+func (h *Host) prepare(m *Mounted) {
+	sc := tensor.NewScope()
+	defer sc.Close()
+	dt := h.dtype
+	keep := func(x *tensor.Array) *tensor.Array {
+		tensor.Detach(x)
+		m.owned = append(m.owned, x)
+		return x
+	}
+	groups := map[string][]string{}
+	for _, k := range slices.Sorted(maps.Keys(m.Adapter.Deltas)) {
+		d := m.Adapter.Deltas[k]
+		t := dt
+		if !t.Valid() {
+			t = d.A.DType()
+		}
+		p := &pair{Delta: d, a: d.A, b: d.B}
+		if d.Scale != 1 || d.A.DType() != t {
+			p.a = keep(tensor.AsType(tensor.MulScalar(tensor.AsType(d.A, tensor.Float32), d.Scale), t))
+		}
+		if d.B.DType() != t {
+			p.b = keep(tensor.AsType(d.B, t))
+		}
+		m.deltas[k] = p
+		if d.Experts > 0 {
+			continue
+		}
+		dot := strings.LastIndexByte(k, '.')
+		if g, ok := siblings[k[dot+1:]]; ok {
+			gk := k[:dot+1] + g + "#" + strconv.Itoa(d.In)
+			groups[gk] = append(groups[gk], k)
+		}
+	}
+	for _, gk := range slices.Sorted(maps.Keys(groups)) {
+		ks := groups[gk]
+		if len(ks) < 2 {
+			continue
+		}
+		parts := make([]*tensor.Array, len(ks))
+		for i, k := range ks {
+			parts[i] = m.deltas[k].a
+		}
+		st := &stackA{a: keep(tensor.Concatenate(parts, 0))}
+		row := 0
+		for _, k := range ks {
+			p := m.deltas[k]
+			p.stack, p.row = st, row
+			row += p.Rank
+		}
+	}
 }
 
 // fits checks one pair against the layer it adapts.
@@ -326,6 +396,52 @@ type plan struct {
 	// sets are the resolved sets of the spans (one, covering every row,
 	// for a Selection without spans: rows -1).
 	sets []resolved
+	// mu guards xa, the products x·aᵀ of stacked pairs made during the
+	// pass, so that sibling layers given the same input reuse them.
+	mu sync.Mutex
+	xa map[xaKey]xaVal
+}
+
+// xaKey names a stacked product: the stack and the span whose rows it
+// covers (0 without spans).
+type xaKey struct {
+	st   *stackA
+	span int
+}
+
+// xaVal is a stacked product and the input it was made from.
+type xaVal struct{ x, xa *tensor.Array }
+
+// stacked returns x·aᵀ for every pair of st (x [..., in] the span's rows
+// of the layer input in, whose identity says whether a sibling layer
+// already made it), which the pass owns until it ends.
+func (p *plan) stacked(st *stackA, span int, in, x *tensor.Array) *tensor.Array {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := xaKey{st, span}
+	if v, ok := p.xa[k]; ok && v.x == in {
+		return v.xa
+	}
+	xa := tensor.Matmul(x, tensor.Transpose(st.a))
+	tensor.Detach(xa)
+	if p.xa == nil {
+		p.xa = map[xaKey]xaVal{}
+	}
+	if old, ok := p.xa[k]; ok {
+		old.xa.Free()
+	}
+	p.xa[k] = xaVal{in, xa}
+	return xa
+}
+
+// done frees what the pass made.
+func (p *plan) done() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, v := range p.xa {
+		v.xa.Free()
+	}
+	p.xa = nil
 }
 
 type resolved struct {
@@ -385,13 +501,18 @@ func (h *Host) run(sel Selection, f func() error) error {
 		return err
 	}
 	h.cur = p
-	defer func() { h.cur = nil }()
+	defer func() {
+		h.cur = nil
+		if p != nil {
+			p.done()
+		}
+	}()
 	return f()
 }
 
 // deltas returns the pairs of set that adapt the site, in order.
-func (s *site) deltas(set []*Mounted) []*Delta {
-	var out []*Delta
+func (s *site) deltas(set []*Mounted) []*pair {
+	var out []*pair
 	for _, m := range set {
 		if d := m.deltas[s.key]; d != nil {
 			out = append(out, d)
@@ -400,12 +521,19 @@ func (s *site) deltas(set []*Mounted) []*Delta {
 	return out
 }
 
-// residual adds x·Aᵀ·Bᵀ·scale of each pair to y (dense pairs; x [...,
-// in]): two products with a weight-layout matrix, as a dense layer's.
-func residual(x, y *tensor.Array, ds []*Delta) *tensor.Array {
+// residual adds x·(scale·A)ᵀ·Bᵀ of each pair to y (dense pairs; x [...,
+// in] the rows of span of the layer input in): two products with a
+// weight-layout matrix, as a dense layer's; a stacked pair's first
+// product is its rows of the stack's, made once for all the siblings.
+func (p *plan) residual(span int, in, x, y *tensor.Array, ds []*pair) *tensor.Array {
 	for _, d := range ds {
-		r := tensor.Matmul(tensor.Matmul(x, tensor.Transpose(d.A)), tensor.Transpose(d.B))
-		y = tensor.Add(y, tensor.MulScalar(r, d.Scale))
+		var xa *tensor.Array
+		if d.stack != nil {
+			xa = tensor.SliceAxis(p.stacked(d.stack, span, in, x), -1, d.row, d.row+d.Rank)
+		} else {
+			xa = tensor.Matmul(x, tensor.Transpose(d.a))
+		}
+		y = tensor.Add(y, tensor.Matmul(xa, tensor.Transpose(d.b)))
 	}
 	return y
 }
@@ -413,16 +541,17 @@ func residual(x, y *tensor.Array, ds []*Delta) *tensor.Array {
 // bySpan applies add to the runs of rows of x and y (leading dims
 // flattened) that the pass's spans select pairs for, leaving the other
 // rows of y as they are, and returns y in its shape. lead is the number
-// of leading dims that count as rows.
-func bySpan(p *plan, s *site, x, y *tensor.Array, lead int, add func(x, y *tensor.Array, ds []*Delta) *tensor.Array) *tensor.Array {
+// of leading dims that count as rows; add is told the span's index and
+// its first row.
+func bySpan(p *plan, s *site, x, y *tensor.Array, lead int, add func(span, lo int, x, y *tensor.Array, ds []*pair) *tensor.Array) *tensor.Array {
 	if len(p.sets) == 1 && p.sets[0].rows < 0 {
 		ds := s.deltas(p.sets[0].set)
 		if len(ds) == 0 {
 			return y
 		}
-		return add(x, y, ds)
+		return add(0, 0, x, y, ds)
 	}
-	per := make([][]*Delta, len(p.sets))
+	per := make([][]*pair, len(p.sets))
 	anyHere := false
 	for i, r := range p.sets {
 		per[i] = s.deltas(r.set)
@@ -453,7 +582,7 @@ func bySpan(p *plan, s *site, x, y *tensor.Array, lead int, add func(x, y *tenso
 		}
 		yp := tensor.SliceAxis(y2, 0, at, at+r.rows)
 		if len(per[i]) > 0 {
-			yp = add(tensor.SliceAxis(x2, 0, at, at+r.rows), yp, per[i])
+			yp = add(i, at, tensor.SliceAxis(x2, 0, at, at+r.rows), yp, per[i])
 		}
 		parts = append(parts, yp)
 		at += r.rows
@@ -477,7 +606,9 @@ func (l *dense) Forward(x *tensor.Array) *tensor.Array {
 	sc := tensor.NewScope()
 	defer sc.Close()
 	y := l.s.proj.Forward(x)
-	return sc.Keep(bySpan(p, l.s, x, y, x.NDim()-1, residual))
+	return sc.Keep(bySpan(p, l.s, x, y, x.NDim()-1, func(span, _ int, xs, ys *tensor.Array, ds []*pair) *tensor.Array {
+		return p.residual(span, x, xs, ys, ds)
+	}))
 }
 
 // Base is the layer the stand-in runs.
@@ -515,21 +646,7 @@ func (b *bank) Gather(x, inds *tensor.Array) *tensor.Array {
 		n *= d
 	}
 	flat := tensor.Reshape(inds, append([]int{n}, inds.Shape()[lead:]...)...)
-	at := 0
-	var rowsAt []int
-	for _, r := range p.sets {
-		rowsAt = append(rowsAt, at)
-		at += r.rows
-	}
-	i := 0
-	out := bySpan(p, b.s, x, y, lead, func(xs, ys *tensor.Array, ds []*Delta) *tensor.Array {
-		// bySpan calls this for spans in order, skipping empty and
-		// unadapted ones: find the span by its row count and position
-		for i < len(p.sets) && (p.sets[i].rows == 0 || len(b.s.deltas(p.sets[i].set)) == 0) {
-			i++
-		}
-		lo := rowsAt[i]
-		i++
+	out := bySpan(p, b.s, x, y, lead, func(_, lo int, xs, ys *tensor.Array, ds []*pair) *tensor.Array {
 		return gathered(xs, ys, tensor.SliceAxis(flat, 0, lo, lo+xs.Dim(0)), ds)
 	})
 	return sc.Keep(out)
@@ -537,12 +654,12 @@ func (b *bank) Gather(x, inds *tensor.Array) *tensor.Array {
 
 // gathered adds each pair's residual for the experts inds picks:
 // x [..., m, 1, in] (m 1 or k), y [..., k, 1, out], inds [..., k].
-func gathered(x, y, inds *tensor.Array, ds []*Delta) *tensor.Array {
+func gathered(x, y, inds *tensor.Array, ds []*pair) *tensor.Array {
 	for _, d := range ds {
-		a := tensor.Take(d.A, inds, 0)                                                                // [..., k, r, in]
-		bb := tensor.Take(d.B, inds, 0)                                                               // [..., k, out, r]
+		a := tensor.Take(d.a, inds, 0)                                                                // [..., k, r, in]
+		bb := tensor.Take(d.b, inds, 0)                                                               // [..., k, out, r]
 		r := tensor.Matmul(tensor.Matmul(x, tensor.SwapAxes(a, -1, -2)), tensor.SwapAxes(bb, -1, -2)) // [..., k, 1, out]
-		y = tensor.Add(y, tensor.MulScalar(r, d.Scale))
+		y = tensor.Add(y, r)
 	}
 	return y
 }
@@ -556,7 +673,7 @@ func (b *bank) Expert(e int, x *tensor.Array) *tensor.Array {
 	if p == nil {
 		return b.s.bank.Expert(e, x)
 	}
-	var ds []*Delta
+	var ds []*pair
 	for i, r := range p.sets {
 		d := b.s.deltas(r.set)
 		if i > 0 && !sameDeltas(d, ds) {
@@ -571,15 +688,15 @@ func (b *bank) Expert(e int, x *tensor.Array) *tensor.Array {
 	defer sc.Close()
 	y := b.s.bank.Expert(e, x)
 	for _, d := range ds {
-		a := tensor.Squeeze(tensor.SliceAxis(d.A, 0, e, e+1), 0)
-		bb := tensor.Squeeze(tensor.SliceAxis(d.B, 0, e, e+1), 0)
+		a := tensor.Squeeze(tensor.SliceAxis(d.a, 0, e, e+1), 0)
+		bb := tensor.Squeeze(tensor.SliceAxis(d.b, 0, e, e+1), 0)
 		r := tensor.Matmul(tensor.Matmul(x, tensor.Transpose(a)), tensor.Transpose(bb))
-		y = tensor.Add(y, tensor.MulScalar(r, d.Scale))
+		y = tensor.Add(y, r)
 	}
 	return sc.Keep(y)
 }
 
-func sameDeltas(a, b []*Delta) bool { return slices.Equal(a, b) }
+func sameDeltas(a, b []*pair) bool { return slices.Equal(a, b) }
 
 // Quantized implements model.ExpertBank.
 func (b *bank) Quantized() bool { return b.s.bank.Quantized() }

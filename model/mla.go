@@ -77,6 +77,23 @@ type MLA struct {
 	Blocks []*mlaBlock
 	Norm   *RMSNorm
 	Head   Projection
+	// MTPBlocks are the checkpoint's multi-token-prediction blocks
+	// (num_nextn_predict_layers; none when the checkpoint has dropped them).
+	MTPBlocks []*mlaMTP
+}
+
+// mlaMTP is one DeepSeek-V3 / GLM multi-token-prediction block: the
+// embedding of the next token and the model's hidden state, each
+// RMS-normed, concatenated (embedding first) and projected back to the
+// hidden size, then one decoder layer with its own cache, then a norm and
+// the head (the block's own copies of the embedding and head where the
+// checkpoint stores them, else the model's).
+type mlaMTP struct {
+	ENorm, HNorm, OutNorm *RMSNorm
+	Proj                  Projection
+	Embed                 *Embedding
+	Head                  Projection
+	Block                 *mlaBlock
 }
 
 type mlaBlock struct {
@@ -150,7 +167,7 @@ func newMLA(c *Config, w *Weights) (Architecture, error) {
 	d := cfg.Hidden
 	m.Embed = w.Embedding("embed_tokens", cfg.Vocab, d)
 	m.dtype = m.Embed.DType
-	for i := range cfg.Layers {
+	block := func(i int) (*mlaBlock, error) {
 		p := "layers." + strconv.Itoa(i) + "."
 		b := &mlaBlock{InNorm: w.RMSNorm(p+"input_layernorm", d, cfg.Eps), PostNorm: w.RMSNorm(p+"post_attention_layernorm", d, cfg.Eps)}
 		a := &mlaAttn{heads: cfg.Heads, nope: cfg.NopeDim, rope: cfg.RopeDim, vdim: cfg.VDim, rank: cfg.KVLoRA, scale: float32(scale), Rope: rope}
@@ -210,6 +227,13 @@ func newMLA(c *Config, w *Weights) (Architecture, error) {
 		} else {
 			b.MLP = w.MLP(p+"mlp", d, cfg.Intermediate)
 		}
+		return b, nil
+	}
+	for i := range cfg.Layers {
+		b, err := block(i)
+		if err != nil {
+			return nil, err
+		}
 		m.Blocks = append(m.Blocks, b)
 	}
 	m.Norm = w.RMSNorm("norm", d, cfg.Eps)
@@ -217,6 +241,29 @@ func newMLA(c *Config, w *Weights) (Architecture, error) {
 		m.Head = w.Linear("lm_head", d, cfg.Vocab, false)
 	} else {
 		m.Head = w.TiedHead("embed_tokens", m.Embed)
+	}
+	// multi-token prediction: the blocks after the last layer
+	for k := 0; ; k++ {
+		i := cfg.Layers + k
+		p := "layers." + strconv.Itoa(i) + "."
+		if !w.Has(p+"eh_proj.weight") && !w.Has(p+"eh_proj.scales") {
+			break
+		}
+		b, err := block(i)
+		if err != nil {
+			return nil, err
+		}
+		mt := &mlaMTP{Block: b, Embed: m.Embed, Head: m.Head,
+			ENorm: w.RMSNorm(p+"enorm", d, cfg.Eps), HNorm: w.RMSNorm(p+"hnorm", d, cfg.Eps),
+			Proj:    w.Linear(p+"eh_proj", 2*d, d, false),
+			OutNorm: w.RMSNorm(p+"shared_head.norm", d, cfg.Eps)}
+		if w.Has(p+"embed_tokens.weight") || w.Has(p+"embed_tokens.scales") {
+			mt.Embed = w.Embedding(p+"embed_tokens", cfg.Vocab, d)
+		}
+		if w.Has(p+"shared_head.head.weight") || w.Has(p+"shared_head.head.scales") {
+			mt.Head = w.Linear(p+"shared_head.head", d, cfg.Vocab, false)
+		}
+		m.MTPBlocks = append(m.MTPBlocks, mt)
 	}
 	if err := auditWeights(w, cfg.ModelType); err != nil {
 		return nil, err
@@ -485,3 +532,31 @@ func keepSome(sc *tensor.Scope, a []*tensor.Array) {
 
 // Logits implements Architecture.
 func (m *MLA) Logits(h *tensor.Array) *tensor.Array { return m.Head.Forward(h) }
+
+// MTPDepth implements MTPArchitecture.
+func (m *MLA) MTPDepth() int { return len(m.MTPBlocks) }
+
+// MakeMTPCaches implements MTPArchitecture: one latent cache per block.
+func (m *MLA) MakeMTPCaches() []kv.Cache {
+	out := make([]kv.Cache, len(m.MTPBlocks))
+	for i := range out {
+		out[i] = kv.NewKVCache()
+	}
+	return out
+}
+
+// MTPStep implements MTPArchitecture.
+func (m *MLA) MTPStep(k int, hidden, next *tensor.Array, cache kv.Cache) (*tensor.Array, *tensor.Array) {
+	sc := tensor.NewScope()
+	defer sc.Close()
+	b := m.MTPBlocks[k]
+	x := b.Proj.Forward(tensor.Concatenate([]*tensor.Array{b.ENorm.Forward(b.Embed.Forward(next)), b.HNorm.Forward(hidden)}, -1))
+	var caches []kv.Cache
+	if cache != nil {
+		caches = []kv.Cache{cache}
+	}
+	mask := LayerMask(caches, 0, x.Dim(1), 0, x.Backend())
+	y, _ := b.Block.forward(x, cache, mask, nil)
+	logits := b.Head.Forward(b.OutNorm.Forward(y))
+	return sc.Keep(y), sc.Keep(logits)
+}

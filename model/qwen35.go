@@ -71,6 +71,14 @@ type Qwen35 struct {
 	Blocks []*qwen35Block
 	Norm   *RMSNorm
 	Head   Projection
+	// MTPBlocks are the checkpoint's multi-token-prediction layers
+	// (mtp.layers.K, full attention), sharing one input projection MTPFC
+	// of the next token's embedding and the hidden state (each normed by
+	// MTPENorm, MTPHNorm; embedding first) and the output norm MTPNorm;
+	// the head is the model's. None when the checkpoint has none.
+	MTPBlocks                   []*qwen35Block
+	MTPFC                       Projection
+	MTPENorm, MTPHNorm, MTPNorm *RMSNorm
 }
 
 type qwen35Block struct {
@@ -185,10 +193,9 @@ func newQwen35(c *Config, w *Weights, next bool) (Architecture, error) {
 		}
 		return w.RMSNorm(name, dim, cfg.Eps)
 	}
-	for i := range cfg.Layers {
-		p := "layers." + strconv.Itoa(i) + "."
+	block := func(p, kind string, sparse bool) (*qwen35Block, error) {
 		b := &qwen35Block{InNorm: norm(p+"input_layernorm", d), PostNorm: norm(p+"post_attention_layernorm", d)}
-		switch cfg.LayerTypes[i] {
+		switch kind {
 		case "linear_attention":
 			b.Linear = loadDeltaNet(w, p+"linear_attn", &cfg, next)
 		case "full_attention":
@@ -200,9 +207,8 @@ func newQwen35(c *Config, w *Weights, next bool) (Architecture, error) {
 				O:     w.Linear(p+"self_attn.o_proj", cfg.Heads*hd, d, cfg.AttentionBias),
 				QNorm: norm(p+"self_attn.q_norm", hd), KNorm: norm(p+"self_attn.k_norm", hd)}
 		default:
-			return nil, fmt.Errorf("%w: %s layer %d of type %q", ErrUnsupported, cfg.ModelType, i, cfg.LayerTypes[i])
+			return nil, fmt.Errorf("%w: %s layer %s of type %q", ErrUnsupported, cfg.ModelType, p, kind)
 		}
-		sparse := cfg.Experts > 0 && !contains(cfg.MLPOnlyLayers, i) && (i+1)%max(cfg.SparseStep, 1) == 0
 		if sparse {
 			b.MoE = w.SparseMoE(p+"mlp", d, cfg.MoEInter, cfg.Experts, cfg.TopK, normTopK)
 			if cfg.SharedInter > 0 {
@@ -212,6 +218,14 @@ func newQwen35(c *Config, w *Weights, next bool) (Architecture, error) {
 		} else {
 			b.MLP = w.MLP(p+"mlp", d, cfg.Intermediate)
 		}
+		return b, nil
+	}
+	for i := range cfg.Layers {
+		sparse := cfg.Experts > 0 && !contains(cfg.MLPOnlyLayers, i) && (i+1)%max(cfg.SparseStep, 1) == 0
+		b, err := block("layers."+strconv.Itoa(i)+".", cfg.LayerTypes[i], sparse)
+		if err != nil {
+			return nil, err
+		}
 		m.Blocks = append(m.Blocks, b)
 	}
 	m.Norm = norm("norm", d)
@@ -220,10 +234,23 @@ func newQwen35(c *Config, w *Weights, next bool) (Architecture, error) {
 	} else {
 		m.Head = w.TiedHead("embed_tokens", m.Embed)
 	}
-	for _, n := range w.Unused() { // multi-token prediction weights ride along unused
-		if len(n) > 4 && n[:4] == "mtp." {
-			w.used[n] = true
+	// multi-token prediction: mtp.layers.K, full attention layers
+	for k := 0; w.Has("mtp.fc.weight") || w.Has("mtp.fc.scales"); k++ {
+		p := "mtp.layers." + strconv.Itoa(k) + "."
+		if !w.Has(p+"input_layernorm.weight") {
+			break
 		}
+		sparse := cfg.Experts > 0 && (w.Has(p+"mlp.gate.weight") || w.Has(p+"mlp.gate.scales"))
+		b, err := block(p, "full_attention", sparse)
+		if err != nil {
+			return nil, err
+		}
+		m.MTPBlocks = append(m.MTPBlocks, b)
+	}
+	if len(m.MTPBlocks) > 0 {
+		m.MTPFC = w.Linear("mtp.fc", 2*d, d, false)
+		m.MTPENorm, m.MTPHNorm = norm("mtp.pre_fc_norm_embedding", d), norm("mtp.pre_fc_norm_hidden", d)
+		m.MTPNorm = norm("mtp.norm", d)
 	}
 	if err := auditWeights(w, cfg.ModelType); err != nil {
 		return nil, err
@@ -511,6 +538,33 @@ func gatedDeltaRule(q, k, v, decay, beta, state *tensor.Array) (*tensor.Array, *
 
 // Logits implements Architecture.
 func (m *Qwen35) Logits(h *tensor.Array) *tensor.Array { return m.Head.Forward(h) }
+
+// MTPDepth implements MTPArchitecture.
+func (m *Qwen35) MTPDepth() int { return len(m.MTPBlocks) }
+
+// MakeMTPCaches implements MTPArchitecture: one attention cache per block.
+func (m *Qwen35) MakeMTPCaches() []kv.Cache {
+	out := make([]kv.Cache, len(m.MTPBlocks))
+	for i := range out {
+		out[i] = kv.NewKVCache()
+	}
+	return out
+}
+
+// MTPStep implements MTPArchitecture; out is the block's normed output
+// (what the head reads, and what a chained step takes as hidden).
+func (m *Qwen35) MTPStep(k int, hidden, next *tensor.Array, cache kv.Cache) (*tensor.Array, *tensor.Array) {
+	sc := tensor.NewScope()
+	defer sc.Close()
+	x := m.MTPFC.Forward(tensor.Concatenate([]*tensor.Array{m.MTPENorm.Forward(m.Embed.Forward(next)), m.MTPHNorm.Forward(hidden)}, -1))
+	var caches []kv.Cache
+	if cache != nil {
+		caches = []kv.Cache{cache}
+	}
+	mask := LayerMask(caches, 0, x.Dim(1), 0, x.Backend())
+	y := m.MTPNorm.Forward(m.MTPBlocks[k].forward(x, cache, mask))
+	return sc.Keep(y), sc.Keep(m.Head.Forward(y))
+}
 
 // deltaChunk is the chunk length of the chunked gated delta rule.
 const deltaChunk = 64

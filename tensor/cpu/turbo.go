@@ -15,14 +15,28 @@ const turboKeyBlock = 256
 // query positions) one work item attends.
 const turboRowBlock = 64
 
+// turboKeySpan is the key range of one partial softmax: keys are cut at
+// the positions (SDPAOptions.KeyStart + index) that are multiples of it,
+// whatever the call's shape, and the spans' partial
+// results are merged left to right, so that a query row's output depends
+// only on its own query and the keys it sees — not on how many other rows
+// (a prefill chunk's length) or keys (a longer chunk's masked ones) the
+// call has, where its first key sits (a sliding window's), nor on
+// whether the spans ran in parallel. Batched rows and chunked prefill then
+// give the bits of a lone decode step. Within a span, keys are folded
+// into the running softmax in blocks of turboKeyBlock, aligned likewise.
+const turboKeySpan = 512
+
 // SDPATurbo implements tensor.TurboAttention: attention over TurboQuant
 // codes read in place. Scores come from the integer key codes (per group:
 // s·Σ q·code + m·Σ q), values are summed in the rotated domain as
 // level·σ and the output is transformed back (signs·H/√d) once per query
 // row. Scores and softmax are float32; a row with every key masked yields
 // zeros. Work is split over (batch, KV head, query rows) and, when that is
-// too little for every core (decoding), over key ranges merged as in
-// flash attention.
+// too little for every core (decoding), over the key spans (turboKeySpan),
+// whose partial softmaxes are merged as in flash attention — in the same
+// order and arithmetic as when one work item runs them in turn, so each
+// row's output is the same bits however the call is shaped or split.
 func (be *Backend) SDPATurbo(q, keys, values *tensor.Array, l tensor.TurboLayout, o tensor.SDPAOptions) *tensor.Array {
 	bad := func(format string, args ...any) {
 		panic(&tensor.Error{Op: "SDPATurbo", Err: fmt.Errorf("%w: %s", tensor.ErrShape, fmt.Sprintf(format, args...))})
@@ -72,58 +86,73 @@ func (be *Backend) SDPATurbo(q, keys, values *tensor.Array, l tensor.TurboLayout
 	rep := hq / hkv
 	rows := rep * lq
 	p := &turboPlan{l: l, q: qf, mask: mask, boolMask: boolMask, causal: o.MaskKind == tensor.MaskCausal,
-		k: ki, v: vi, hq: hq, hkv: hkv, lq: lq, tk: tk, dk: dk, dv: dv, rep: rep}
+		k: ki, v: vi, hq: hq, hkv: hkv, lq: lq, tk: tk, dk: dk, dv: dv, rep: rep, start: o.KeyStart}
 	rowBlocks := (rows + turboRowBlock - 1) / turboRowBlock
 	heads := b * hkv * rowBlocks
-	splits := 1
-	if w := workers(); heads < w && tk >= 2*turboKeyBlock {
-		splits = min((2*w+heads-1)/heads, (tk+turboKeyBlock-1)/turboKeyBlock)
+	// span s holds the keys of positions [(s0+s)·span, (s0+s+1)·span)
+	s0 := o.KeyStart / turboKeySpan
+	spans := max((o.KeyStart+tk+turboKeySpan-1)/turboKeySpan-s0, 1)
+	spanKeys := func(sp int) (j0, j1 int) {
+		return max((s0+sp)*turboKeySpan-o.KeyStart, 0), min((s0+sp+1)*turboKeySpan-o.KeyStart, tk)
 	}
-	parts := make([]turboPart, heads*splits)
-	parallelFor(len(parts), 1, func(lo, hi int) {
-		for it := lo; it < hi; it++ {
-			h, s := it/splits, it%splits
-			bi, kvh, rb := h/(hkv*rowBlocks), h/rowBlocks%hkv, h%rowBlocks
-			r0, r1 := rb*turboRowBlock, min((rb+1)*turboRowBlock, rows)
-			j0, j1 := s*tk/splits, (s+1)*tk/splits
-			parts[it] = p.attend(bi, kvh, r0, r1, j0, j1)
-		}
-	})
 	res := make([]float32, b*hq*lq*dv)
-	parallelFor(heads, 1, func(lo, hi int) {
-		for h := lo; h < hi; h++ {
-			bi, kvh, rb := h/(hkv*rowBlocks), h/rowBlocks%hkv, h%rowBlocks
-			r0 := rb * turboRowBlock
-			ps := parts[h*splits : (h+1)*splits]
-			for r := range ps[0].m {
-				mx := float32(math.Inf(-1))
-				for _, pt := range ps {
-					mx = max(mx, pt.m[r])
-				}
-				hqi, li := kvh*rep+(r0+r)/lq, (r0+r)%lq
-				dst := res[((bi*hq+hqi)*lq+li)*dv:][:dv]
-				if math.IsInf(float64(mx), -1) {
-					continue // every key masked: zeros
-				}
-				var sum float32
-				for _, pt := range ps {
-					if math.IsInf(float64(pt.m[r]), -1) {
-						continue
-					}
-					c := float32(math.Exp(float64(pt.m[r] - mx)))
-					sum += c * pt.l[r]
-					for j, a := range pt.acc[r*dv : (r+1)*dv] {
-						dst[j] += c * a
-					}
-				}
-				inv := 1 / sum
-				for j := range dst {
-					dst[j] *= inv
-				}
-				turboUnrotate(dst, l.Signs)
+	// finish writes a work item's merged rows, normalised and unrotated
+	finish := func(h int, pt *turboPart) {
+		bi, kvh, rb := h/(hkv*rowBlocks), h/rowBlocks%hkv, h%rowBlocks
+		r0 := rb * turboRowBlock
+		for r := range pt.m {
+			if math.IsInf(float64(pt.m[r]), -1) {
+				continue // every key masked: zeros
 			}
+			hqi, li := kvh*rep+(r0+r)/lq, (r0+r)%lq
+			dst := res[((bi*hq+hqi)*lq+li)*dv:][:dv]
+			inv := 1 / pt.l[r]
+			for j, a := range pt.acc[r*dv : (r+1)*dv] {
+				dst[j] = a * inv
+			}
+			turboUnrotate(dst, l.Signs)
 		}
-	})
+	}
+	rowsOf := func(h int) (r0, r1 int) {
+		rb := h % rowBlocks
+		return rb * turboRowBlock, min((rb+1)*turboRowBlock, rows)
+	}
+	if w := workers(); heads < w && spans > 1 {
+		// decoding: every (head, span) in parallel, merged after
+		parts := make([]turboPart, heads*spans)
+		parallelFor(len(parts), 1, func(lo, hi int) {
+			for it := lo; it < hi; it++ {
+				h, sp := it/spans, it%spans
+				r0, r1 := rowsOf(h)
+				j0, j1 := spanKeys(sp)
+				parts[it] = p.attend(h/(hkv*rowBlocks), h/rowBlocks%hkv, r0, r1, j0, j1)
+			}
+		})
+		parallelFor(heads, 1, func(lo, hi int) {
+			for h := lo; h < hi; h++ {
+				acc := &parts[h*spans]
+				for sp := 1; sp < spans; sp++ {
+					acc.merge(&parts[h*spans+sp], dv)
+				}
+				finish(h, acc)
+			}
+		})
+	} else {
+		parallelFor(heads, 1, func(lo, hi int) {
+			for h := lo; h < hi; h++ {
+				r0, r1 := rowsOf(h)
+				bi, kvh := h/(hkv*rowBlocks), h/rowBlocks%hkv
+				j0, j1 := spanKeys(0)
+				acc := p.attend(bi, kvh, r0, r1, j0, j1)
+				for sp := 1; sp < spans; sp++ {
+					j0, j1 := spanKeys(sp)
+					pt := p.attend(bi, kvh, r0, r1, j0, j1)
+					acc.merge(&pt, dv)
+				}
+				finish(h, &acc)
+			}
+		})
+	}
 	out := tensor.FromFloat32On(be, res, []int{b, hq, lq, dv}, tensor.Float32)
 	if q.DType() == tensor.Float32 {
 		return out
@@ -141,6 +170,7 @@ type turboPlan struct {
 	k, v             *impl
 	hq, hkv, lq, tk  int
 	dk, dv, rep      int
+	start            int // position of key 0 (SDPAOptions.KeyStart)
 }
 
 // turboPart is a work item's running softmax over its keys: per row the
@@ -148,6 +178,29 @@ type turboPlan struct {
 type turboPart struct {
 	m, l []float32
 	acc  []float32 // rows × Dv
+}
+
+// merge folds the partial softmax of the next key span into pt (flash
+// attention's rescaling); rows of b with every key masked leave pt as is.
+func (pt *turboPart) merge(b *turboPart, dv int) {
+	for r, mb := range b.m {
+		if math.IsInf(float64(mb), -1) {
+			continue
+		}
+		ma := pt.m[r]
+		acc, add := pt.acc[r*dv:(r+1)*dv], b.acc[r*dv:(r+1)*dv]
+		if math.IsInf(float64(ma), -1) {
+			pt.m[r], pt.l[r] = mb, b.l[r]
+			copy(acc, add)
+			continue
+		}
+		mx := max(ma, mb)
+		ca, cb := float32(math.Exp(float64(ma-mx))), float32(math.Exp(float64(mb-mx)))
+		pt.m[r], pt.l[r] = mx, ca*pt.l[r]+cb*b.l[r]
+		for j, x := range add {
+			acc[j] = ca*acc[j] + cb*x
+		}
+	}
 }
 
 // attend scores rows r0..r1 of (batch bi, KV head kvh) against keys j0..j1.
@@ -186,8 +239,8 @@ func (p *turboPlan) attend(bi, kvh, r0, r1, j0, j1 int) turboPart {
 	vbase := p.v.off + bi*p.v.strides[0] + kvh*p.v.strides[1]
 	kb, vb := p.l.KeyBytes(), p.l.ValueBytes()
 	neg := float32(math.Inf(-1))
-	for jb := j0; jb < j1; jb += nb {
-		je := min(jb+nb, j1)
+	for jb, je := j0, j0; jb < j1; jb = je {
+		je = min(jb+nb-(p.start+jb)%nb, j1) // blocks end at positions that are multiples of nb
 		n := je - jb
 		for j := jb; j < je; j++ {
 			row := kdata[kbase+j*p.k.strides[2]:][:kb]
@@ -326,21 +379,15 @@ func turboAxpy4(w0, w1, w2, w3 float32, x, y0, y1, y2, y3 []float32) {
 	}
 }
 
-// turboDot is Σ a·b with four partial sums.
+// turboDot is Σ a·b, summed in turboDot4's order: a row scored alone
+// gets the bits it gets scored in a group of four.
 func turboDot(a, b []float32) float32 {
-	var s0, s1, s2, s3 float32
+	var s float32
 	b = b[:len(a)]
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
+	for i, x := range b {
+		s += a[i] * x
 	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
+	return s
 }
 
 // turboUnpack8 reads the 8 b-bit codes held in the b bytes at src.

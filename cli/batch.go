@@ -84,7 +84,7 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fl.IntVar(&blockSize, "block-size", kv.DefaultBlockSize, "token slots per KV block (--paged-kv)")
 	fl.IntVar(&kvBlocks, "kv-blocks", 0, "KV blocks per layer (--paged-kv; 0: room for --max-batch of the longest request)")
 	addKVQuantFlag(fl, &kvQuant)
-	fl.IntVar(&kvStart, "quantized-kv-start", generate.DefaultQuantizedKVStart, "context length from which the KV cache is quantized (--kv-quant)")
+	fl.IntVar(&kvStart, "quantized-kv-start", generate.DefaultQuantizedKVStart, "context length from which the KV cache is quantized (--kv-quant with --paged-kv=false; a TurboQuant pool stores codes from the first token)")
 	fl.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: mlxgo batch [--model MODEL] --input FILE.jsonl [--max-batch N]")
 		fmt.Fprintln(stderr, `Each line: {"id": ..., "prompt": "..." | "prompt_ids": [...], "max_tokens", "temp", "top_p", "top_k", "min_p", "seed", "repetition_penalty", "stop", "logprobs", "json_schema", "raw", "system", "join_at_step"}`)
@@ -106,8 +106,8 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if turbo != nil && paged {
-		return fmt.Errorf("%w: --kv-quant needs --paged-kv=false (TurboQuant KV blocks are not implemented)", errUsage)
+	if turbo != nil && paged && fl.Changed("quantized-kv-start") {
+		return fmt.Errorf("%w: --quantized-kv-start needs --paged-kv=false (a TurboQuant pool stores codes from the first token)", errUsage)
 	}
 	lines, err := readBatchInput(input, stdin)
 	if err != nil {
@@ -148,7 +148,7 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		if r.opts, r.prompt, err = batchRequest(ln, tok, info.Vocab, info.EOS, eos, stderr); err != nil {
 			return fmt.Errorf("input line %d: %w", r.line, err)
 		}
-		if turbo != nil {
+		if turbo != nil && !paged { // paged: the pool's blocks hold the codes
 			r.opts.KVQuant, r.opts.QuantizedKVStart = turbo, kvStart
 		}
 		longest = max(longest, len(r.prompt)+max(r.opts.MaxTokens, 0))
@@ -158,7 +158,7 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		if kvBlocks == 0 {
 			kvBlocks = maxBatch * ((longest + blockSize - 1) / blockSize)
 		}
-		if bo.Pool, err = newKVPool(gm, blockSize, kvBlocks); err != nil {
+		if bo.Pool, err = newKVPool(gm, blockSize, kvBlocks, turbo); err != nil {
 			return err
 		}
 		defer bo.Pool.Free()
@@ -246,11 +246,17 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 }
 
 // newKVPool makes a paged pool laid out like m's own caches
-// (generate.PoolLayout), blocks blocks of blockSize slots per layer.
-func newKVPool(m generate.Model, blockSize, blocks int) (*kv.Pool, error) {
+// (generate.PoolLayout), blocks blocks of blockSize slots per layer; with
+// turbo, every layer with a cache of its own stores TurboQuant codes.
+func newKVPool(m generate.Model, blockSize, blocks int, turbo *kv.TurboSpec) (*kv.Pool, error) {
 	specs, err := generate.PoolLayout(m)
 	if err != nil {
 		return nil, err
+	}
+	if turbo != nil {
+		if specs, err = kv.TurboLayerSpecs(specs, *turbo); err != nil {
+			return nil, err
+		}
 	}
 	return kv.NewPool(kv.PoolConfig{BlockSize: blockSize, Blocks: blocks, Layers: specs})
 }

@@ -67,7 +67,7 @@ func TestKVQuantRefusesHeadDim(t *testing.T) {
 
 // TestKVQuantFlags: --kv-quant on generate reports fewer kv_bytes than
 // bf16 KV with the same tokens at k8v8; bench, chat and batch take the
-// flag and refuse bad schemes (and batch refuses it on paged KV).
+// flag and refuse bad schemes (and batch a --quantized-kv-start on paged KV).
 func TestKVQuantFlags(t *testing.T) {
 	gen := func(extra ...string) (ids []int, kvBytes int) {
 		t.Helper()
@@ -98,8 +98,8 @@ func TestKVQuantFlags(t *testing.T) {
 			t.Errorf("%s --kv-quant turbo:k8v9: exit %d (%s), want 2", verb[0], code, errs)
 		}
 	}
-	if code, _, errs := run(t, "batch", "--input", "-", "--kv-quant", "turbo"); code != 2 || !strings.Contains(errs, "paged-kv") {
-		t.Errorf("batch --kv-quant on paged KV: exit %d: %s", code, errs)
+	if code, _, errs := run(t, "batch", "--input", "-", "--kv-quant", "turbo", "--quantized-kv-start", "10"); code != 2 || !strings.Contains(errs, "paged-kv") {
+		t.Errorf("batch --kv-quant --quantized-kv-start on paged KV: exit %d: %s", code, errs)
 	}
 	if code, out, errs := run(t, "bench", "--model", "demo", "-p", "8", "-g", "4", "-n", "1", "--kv-quant", "turbo", "--quantized-kv-start", "0", "--backend", "cpu"); code != 0 {
 		t.Errorf("bench --kv-quant turbo: exit %d: %s %s", code, out, errs)

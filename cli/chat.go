@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/mlxgo/mlxgo/generate"
@@ -40,9 +41,13 @@ type chatFlags struct {
 	verbose                             bool
 	stops, adapters                     []string
 	spec                                specFlags
+	media                               []mediaArg
 }
 
 const chatHelp = `Commands: /reset forgets the conversation, /exit (or end of input) quits, /help shows this.`
+
+// chatMediaHelp is the usage note on --image and --audio.
+const chatMediaHelp = `--image and --audio files go with the first message of the conversation (and again after /reset).`
 
 // runChat is a read-eval-print loop over a chat model. The conversation is
 // re-rendered through the chat template every turn (so the template sees
@@ -70,9 +75,10 @@ func runChat(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	addKVQuantFlag(fl, &f.kvQuant)
 	fl.IntVar(&f.kvStart, "quantized-kv-start", generate.DefaultQuantizedKVStart, "context length from which the KV cache is quantized (--kv-quant)")
 	addSpecFlags(fl, &f.spec)
+	addMediaFlags(fl, &f.media)
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print prompt/generation statistics after each reply (stderr)")
 	fl.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: mlxgo chat [--model] MODEL [flags]\n\n"+chatHelp)
+		fmt.Fprintln(stderr, "Usage: mlxgo chat [--model] MODEL [flags]\n\n"+chatHelp+"\n"+chatMediaHelp)
 		fl.PrintDefaults()
 	}
 	if err := parseFlags(fl, args); err != nil {
@@ -133,8 +139,18 @@ func runChat(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer closeDraft()
+	var cm *chatMedia
+	if len(f.media) > 0 {
+		if sp != nil {
+			return fmt.Errorf("%w: --image/--audio do not combine with speculative decoding", errUsage)
+		}
+		if cm, err = newChatMedia(dir, be, tok, f.media); err != nil {
+			return err
+		}
+		defer cm.free()
+	}
 	c := &chatSession{
-		f: &f, tok: tok, ct: ct, m: generate.Wrap(m, info.Vocab),
+		f: &f, tok: tok, ct: ct, m: generate.Wrap(m, info.Vocab), base: m, media: cm,
 		pc:     generate.NewPromptCache(int(min(f.cacheBytes, int64(^uint(0)>>1)))),
 		stdout: stdout, stderr: stderr,
 		opts: generate.Options{MaxTokens: f.maxTokens, PrefillChunkSize: f.chunk, Sampler: params,
@@ -152,6 +168,8 @@ type chatSession struct {
 	tok            *tokenizer.Tokenizer
 	ct             *tokenizer.ChatTemplate
 	m              generate.Model
+	base           model.Model // m unwrapped, for merging media
+	media          *chatMedia  // nil: none
 	pc             *generate.PromptCache
 	opts           generate.Options
 	history        []map[string]string
@@ -206,16 +224,30 @@ func (c *chatSession) loop(stdin io.Reader) error {
 
 // turn answers one user message, streaming the reply to stdout.
 func (c *chatSession) turn(msg string) error {
-	c.history = append(c.history, map[string]string{"role": "user", "content": msg})
+	content := msg
+	if c.media != nil && !slices.ContainsFunc(c.history, func(m map[string]string) bool { return m["role"] == "user" }) {
+		content = c.media.placeholder + msg
+	}
+	c.history = append(c.history, map[string]string{"role": "user", "content": content})
 	text, err := c.ct.Render(tokenizer.ChatRequest{Messages: c.history, AddGenerationPrompt: true})
 	if err != nil {
 		c.history = c.history[:len(c.history)-1]
 		return fmt.Errorf("chat template: %w", err)
 	}
 	ids := encodePrompt(c.tok, text, false)
+	gm := c.m
+	if c.media != nil {
+		fwd, mids, done, err := mergeMedia(c.media.be, c.base, c.media.tokens, c.media.media, ids, false)
+		if err != nil {
+			c.history = c.history[:len(c.history)-1]
+			return err
+		}
+		defer done()
+		gm, ids = generate.Wrap(fwd, c.base.Info().Vocab), mids
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	reply, out, st, err := c.generate(ctx, ids)
+	reply, out, st, err := c.generate(ctx, gm, ids)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		c.history = c.history[:len(c.history)-1]
 		return err
@@ -234,11 +266,11 @@ func (c *chatSession) turn(msg string) error {
 
 // generate runs ids through the model, reusing the prompt cache's longest
 // matching prefix, and puts the caches back afterwards.
-func (c *chatSession) generate(ctx context.Context, ids []int32) (string, []int32, generate.Stats, error) {
+func (c *chatSession) generate(ctx context.Context, gm generate.Model, ids []int32) (string, []int32, generate.Stats, error) {
 	opts := c.opts
 	caches, _ := c.pc.Take(ids)
 	opts.Caches = caches
-	s, err := generate.Generate(ctx, c.m, ids, &opts)
+	s, err := generate.Generate(ctx, gm, ids, &opts)
 	if err != nil {
 		model.FreeCaches(caches)
 		return "", nil, generate.Stats{}, err

@@ -85,54 +85,102 @@ func mediaPlaceholders(dir string, tok *tokenizer.Tokenizer, media []mediaArg) (
 	return b.String(), nil
 }
 
-// withMedia encodes the media through the checkpoint's towers and returns
-// the model with their embeddings merged at the prompt's placeholder rows,
-// and the prompt ids: expanded from single placeholders, or, when asIs
-// (--prompt-ids), used as they are (they must hold each medium's run).
-// done frees what it made.
-func withMedia(dir string, be tensor.Backend, m model.Model, ids []int32, media []mediaArg, asIs bool) (model.Model, []int32, func(), error) {
+// encodeMedia reads the media files and encodes them through the
+// checkpoint's towers, in order. The caller frees the media.
+func encodeMedia(dir string, be tensor.Backend, media []mediaArg) ([]*model.Medium, model.Gemma4Tokens, error) {
 	mm, err := model.LoadGemma4Media(dir, &model.LoadOptions{Backend: be})
 	if err != nil {
 		if errors.Is(err, model.ErrNoMedia) {
-			return nil, nil, nil, fmt.Errorf("%w: --image/--audio: %v", errUsage, err)
+			return nil, model.Gemma4Tokens{}, fmt.Errorf("%w: --image/--audio: %v", errUsage, err)
 		}
-		return nil, nil, nil, err
+		return nil, model.Gemma4Tokens{}, err
 	}
 	defer mm.Close()
 	var encoded []*model.Medium
-	free := func() {
-		for _, e := range encoded {
-			e.Free()
-		}
-	}
 	for _, a := range media {
 		data, err := os.ReadFile(a.path)
-		if err != nil {
-			free()
-			return nil, nil, nil, fmt.Errorf("--%s: %w", a.kind, err)
+		if err == nil {
+			var e *model.Medium
+			if e, err = mm.Encode(a.kind, data); err == nil {
+				encoded = append(encoded, e)
+				continue
+			}
+			err = fmt.Errorf("%s: %w", a.path, err)
 		}
-		e, err := mm.Encode(a.kind, data)
-		if err != nil {
-			free()
-			return nil, nil, nil, fmt.Errorf("--%s %s: %w", a.kind, a.path, err)
-		}
-		encoded = append(encoded, e)
+		freeMedia(encoded)
+		return nil, model.Gemma4Tokens{}, fmt.Errorf("--%s %w", a.kind, err)
 	}
+	return encoded, mm.Tokens, nil
+}
+
+func freeMedia(media []*model.Medium) {
+	for _, e := range media {
+		e.Free()
+	}
+}
+
+// mergeMedia returns m with the encoded media's embeddings merged at the
+// prompt's placeholder rows, and the prompt ids: expanded from single
+// placeholders, or, when asIs (--prompt-ids), used as they are (they must
+// hold each medium's run). done frees what it made (not the media).
+func mergeMedia(be tensor.Backend, m model.Model, tokens model.Gemma4Tokens, encoded []*model.Medium, ids []int32, asIs bool) (model.Model, []int32, func(), error) {
 	var spans []model.MediaSpan
+	var err error
 	if asIs {
-		spans, err = mm.Tokens.Locate(ids, encoded)
+		spans, err = tokens.Locate(ids, encoded)
 	} else {
-		ids, spans, err = mm.Tokens.Expand(ids, encoded)
+		ids, spans, err = tokens.Expand(ids, encoded)
 	}
 	if err != nil {
-		free()
 		return nil, nil, nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	info := m.Info()
-	pm, err := model.NewPromptMedia(be, len(ids), info.Hidden, info.DType, spans, mm.Tokens.Pad)
-	free()
+	pm, err := model.NewPromptMedia(be, len(ids), info.Hidden, info.DType, spans, tokens.Pad)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	return pm.Wrap(m), ids, pm.Free, nil
+}
+
+// withMedia encodes the media and merges them into the prompt (see
+// mergeMedia). done frees what it made.
+func withMedia(dir string, be tensor.Backend, m model.Model, ids []int32, media []mediaArg, asIs bool) (model.Model, []int32, func(), error) {
+	encoded, tokens, err := encodeMedia(dir, be, media)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	wm, ids, done, err := mergeMedia(be, m, tokens, encoded, ids, asIs)
+	freeMedia(encoded)
+	return wm, ids, done, err
+}
+
+// chatMedia is a chat session's media, encoded once: the first user
+// message of each conversation carries their placeholders, and every
+// turn's prompt (the whole rendered history) is expanded and given their
+// embeddings. The media never change within a session, so the prompt
+// cache's token-id keys cannot mix one image's KV with another's.
+type chatMedia struct {
+	be          tensor.Backend
+	tokens      model.Gemma4Tokens
+	media       []*model.Medium
+	placeholder string
+}
+
+func newChatMedia(dir string, be tensor.Backend, tok *tokenizer.Tokenizer, media []mediaArg) (*chatMedia, error) {
+	ph, err := mediaPlaceholders(dir, tok, media)
+	if err != nil {
+		return nil, err
+	}
+	encoded, tokens, err := encodeMedia(dir, be, media)
+	if err != nil {
+		return nil, err
+	}
+	return &chatMedia{be: be, tokens: tokens, media: encoded, placeholder: ph}, nil
+}
+
+func (c *chatMedia) free() {
+	if c != nil {
+		freeMedia(c.media)
+		c.media = nil
+	}
 }

@@ -79,7 +79,7 @@ func DecodeImage(data []byte) (*RGB, error) {
 	case "webp":
 		return decodeWebP(data)
 	case "":
-		return nil, fmt.Errorf("%w: not an image this server reads (PNG, JPEG, GIF or WebP)", ErrUnsupported)
+		return nil, fmt.Errorf("%w: not an image in a supported format (PNG, JPEG, GIF or WebP)", ErrUnsupported)
 	default:
 		return nil, fmt.Errorf("%w: %s images are not supported (PNG, JPEG, GIF or WebP)", ErrUnsupported, f)
 	}

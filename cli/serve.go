@@ -60,6 +60,7 @@ type serveFlags struct {
 	embedPooling                                                           string
 	matryoshkaMin                                                          int
 	adapters                                                               []string
+	spec                                                                   specFlags
 }
 
 // listFlag is a repeatable flag whose values may also be comma-separated.
@@ -131,6 +132,7 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	fl.IntVar(&f.maxConns, "max-connections", serve.DefaultMaxConns, "connections served at once (more wait to be accepted)")
 	fl.IntVar(&f.maxHeaderBytes, "max-header-bytes", serve.DefaultMaxHeaderBytes, "largest request header block")
 	fl.Int64Var(&f.maxBodyBytes, "max-body-bytes", serve.DefaultMaxBodyBytes, "largest request body (larger ones get 413)")
+	addSpecFlags(fl, &f.spec)
 	fl.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: mlxgo serve [--model DIR] [flags]")
 		fl.PrintDefaults()
@@ -163,6 +165,11 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	}
 	if f.batch < 1 || f.blockSize < 1 || f.kvBudget < 0 || f.shutdownTimeout <= 0 {
 		return fmt.Errorf("%w: --batch and --kv-block-size must be ≥ 1, --kv-budget ≥ 0 and --shutdown-timeout positive", errUsage)
+	}
+	if f.spec.on() {
+		if err := f.spec.check(); err != nil {
+			return err
+		}
 	}
 	if f.apiKey == "" && f.apiKeyEnv != "" {
 		f.apiKey = os.Getenv(f.apiKeyEnv)
@@ -261,6 +268,11 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 		return err
 	}
 	defer closeMedia()
+	sp, closeDraft, err := f.spec.build(m, dir, tok, be, f.copyWeights, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeDraft()
 	srv, err := serve.New(serve.Config{
 		Model: served, ModelID: id, Tokenizer: tok, Template: tmpl, TemplateKwargs: kwargs,
 		EOS: toInt32s(eosIDs(info.EOS, tok)), ContextLength: ctxLen, MaxTokens: f.maxTokens,
@@ -273,7 +285,7 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 		SSDCacheVerify: f.ssdVerify, ModelFingerprint: fp,
 		Plan: plan, ExpertStats: func() (model.ExpertStats, bool) { return expertStats(m) },
 		ResponseStoreTTL: f.responseTTL, ResponseStoreBytes: responseBytes, EmbeddingPooling: pooling, MatryoshkaMinDims: f.matryoshkaMin,
-		Adapters: lm,
+		Adapters: lm, Speculation: sp,
 	})
 	if err != nil {
 		return err

@@ -16,7 +16,8 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// specFlags are the speculative decoding flags of generate, chat and bench.
+// specFlags are the speculative decoding flags of generate, chat, bench
+// and serve.
 type specFlags struct {
 	draftModel   string
 	draft        string

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -142,5 +143,55 @@ func TestChatSpeculative(t *testing.T) {
 	}
 	if got := tensor.LiveArrays(); got != live {
 		t.Errorf("live arrays %d → %d after the sessions", live, got)
+	}
+}
+
+// TestServeSpeculative runs `mlxgo serve --draft-model demo-q4` on the
+// batched lane: a greedy chat answers what the plain server answers, and
+// usage.speculation reports the drafts; bad speculation flags stop serve
+// with a usage error before anything loads.
+func TestServeSpeculative(t *testing.T) {
+	for _, args := range [][]string{{"serve", "--draft", "bogus"}, {"serve", "--spec-accept", "maybe", "--draft", "ngram"},
+		{"serve", "--draft", "ngram", "--num-draft-tokens", "x"}, {"serve", "--draft", "model"}} {
+		if code, _, _ := run(t, args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+	if testing.Short() {
+		t.Skip("builds and starts the binary twice")
+	}
+	bin := buildMlxgo(t)
+	chat := func(url string) (string, map[string]any) {
+		body := `{"messages":[{"role":"user","content":"Count: one two three four, one two three four, one two three"}],"temperature":0,"max_tokens":24}`
+		resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out struct {
+			Choices []struct {
+				Message struct {
+					Content string `json:"content"`
+				} `json:"message"`
+			} `json:"choices"`
+			Usage map[string]any `json:"usage"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 || len(out.Choices) != 1 {
+			t.Fatalf("chat: %d %v", resp.StatusCode, err)
+		}
+		return out.Choices[0].Message.Content, out.Usage
+	}
+	_, plainURL, _ := startMlxgo(t, bin, "--port", "0", "--backend", "cpu", "--batch", "1")
+	waitHealthy(t, plainURL)
+	want, _ := chat(plainURL)
+	_, url, _ := startMlxgo(t, bin, "--port", "0", "--backend", "cpu", "--batch", "2", "--draft-model", "demo-q4", "--num-draft-tokens", "3")
+	waitHealthy(t, url)
+	got, u := chat(url)
+	if got != want {
+		t.Errorf("drafted by demo-q4: %q, plain %q", got, want)
+	}
+	sp, ok := u["speculation"].(map[string]any)
+	if !ok || sp["drafted"].(float64) == 0 || sp["numDraft"].(float64) != 3 || u["lane"] != "batched" {
+		t.Errorf("usage %v", u)
 	}
 }

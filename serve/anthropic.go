@@ -256,7 +256,7 @@ func stopSeq(o outcome) *string {
 // messagesUsage is an outcome's Anthropic usage.
 func messagesUsage(o outcome) anthropicUsage {
 	return anthropicUsage{InputTokens: o.stats.PromptTokens - o.stats.CachedTokens, OutputTokens: o.stats.GeneratedTokens,
-		CacheReadInputTokens: new(o.stats.CachedTokens), CacheCreationInputTokens: new(0), Lane: o.lane}
+		CacheReadInputTokens: new(o.stats.CachedTokens), CacheCreationInputTokens: new(0), Lane: o.lane, Speculation: o.stats.Speculation}
 }
 
 // messagesPrompt renders and encodes a messages request's prompt (what

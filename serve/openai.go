@@ -465,6 +465,7 @@ func (u *openaiUsage) add(o openaiUsage, first bool) {
 	u.CompletionTokens += o.CompletionTokens
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	u.Lane = o.Lane
+	u.Speculation = addSpecStats(u.Speculation, o.Speculation, u.CompletionTokens)
 }
 
 // completionInput is one prompt of /v1/completions: its tokens, its text
@@ -679,6 +680,7 @@ func usage(o outcome) openaiUsage {
 		TotalTokens: o.stats.PromptTokens + o.stats.GeneratedTokens}
 	u.PromptTokensDetails.CachedTokens = o.stats.CachedTokens
 	u.Lane = o.lane
+	u.Speculation = o.stats.Speculation
 	return u
 }
 

@@ -326,7 +326,7 @@ func (s *Server) commonPlan(f *samplingFields, pl *plan, logprobs bool, topLP in
 		return err
 	}
 	pl.opts = generate.Options{MaxTokens: n, EOS: s.cfg.EOS, PrefillChunkSize: s.cfg.PrefillChunkSize,
-		Sampler: params, Grammar: g, Backend: s.cfg.Backend, Memory: s.cfg.Memory, Adapters: set}
+		Sampler: params, Grammar: g, Backend: s.cfg.Backend, Memory: s.cfg.Memory, Adapters: set, Speculation: s.cfg.Speculation}
 	return nil
 }
 

@@ -230,6 +230,13 @@ type Config struct {
 	// renormalized), for models trained for it; 0 allows only the full
 	// width.
 	MatryoshkaMinDims int
+	// Speculation, when set, makes every text generation decode
+	// speculatively with it (generate.Speculation: a draft model, prompt
+	// lookup, γ, acceptance), on either lane — on the batched one each
+	// row drafts and verifies its own tokens in the shared passes; image
+	// and audio requests decode plainly. Responses report the statistics
+	// in usage.speculation.
+	Speculation *generate.Speculation
 }
 
 // Server answers OpenAI- and Anthropic-compatible requests with one model.

@@ -1,6 +1,10 @@
 package serve
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/mlxgo/mlxgo/generate"
+)
 
 // Anthropic's wire formats: POST /v1/messages' request and response, its
 // stream events and the error object. As in wire_openai.go, request members
@@ -121,6 +125,9 @@ type anthropicUsage struct {
 	CacheCreationInputTokens *int `json:"cache_creation_input_tokens,omitempty"`
 	// Lane is how the request ran: "batched" or "serial" (an mlxgo field).
 	Lane string `json:"lane,omitempty"`
+	// Speculation is speculative decoding's statistics, when it was on
+	// (an mlxgo field).
+	Speculation *generate.SpecStats `json:"speculation,omitempty"`
 }
 
 // contentBlock is a content block of a response: a textBlock,

@@ -3,6 +3,8 @@ package serve
 import (
 	"encoding/json"
 	"errors"
+
+	"github.com/mlxgo/mlxgo/generate"
 )
 
 // OpenAI's wire formats: the bodies of /v1/chat/completions,
@@ -396,6 +398,9 @@ type openaiUsage struct {
 	} `json:"prompt_tokens_details"`
 	// Lane is how the request ran: "batched" or "serial" (an mlxgo field).
 	Lane string `json:"lane,omitempty"`
+	// Speculation is speculative decoding's statistics, when it was on
+	// (an mlxgo field; summed over a request's choices).
+	Speculation *generate.SpecStats `json:"speculation,omitempty"`
 }
 
 // openaiError is OpenAI's error body; param and code are null when unset.

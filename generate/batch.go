@@ -49,11 +49,13 @@ type BatchOptions struct {
 	NoPrefixReuse bool
 	// Restore, when set, may fill a row's fresh pool caches from elsewhere
 	// (a cache on disk) at admission, after prefix reuse: it is given the
-	// row's prompt, the caches and how many tokens they already hold, and
-	// returns how many leading prompt tokens they hold after it (at most
-	// len(prompt)−1, and no fewer than before: it replaces their state
-	// only with a longer one). The row then prefills the rest.
-	Restore func(prompt []int32, caches []kv.Cache, held int) (int, error)
+	// row's Options.CacheNamespace (state it restores must have been
+	// computed under that namespace: the same adapters), prompt, the
+	// caches and how many tokens they already hold, and returns how many
+	// leading prompt tokens they hold after it (at most len(prompt)−1, and
+	// no fewer than before: it replaces their state only with a longer
+	// one). The row then prefills the rest.
+	Restore func(namespace string, prompt []int32, caches []kv.Cache, held int) (int, error)
 }
 
 // RowForwarder is a Model whose forward pass can run each row of a batch
@@ -451,7 +453,7 @@ func (b *Batch) admit(r *Row, events []Event) []Event {
 			}
 		}
 		if b.o.Restore != nil && n < len(r.prompt)-1 {
-			m, err := b.o.Restore(r.prompt, r.caches, n)
+			m, err := b.o.Restore(r.opts.CacheNamespace, r.prompt, r.caches, n)
 			if err != nil {
 				return b.end(r, StopError, err, events)
 			}

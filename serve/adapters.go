@@ -403,20 +403,6 @@ func (s *Server) handleAdapter(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, adapterDeleted{ID: id, Object: "adapter", Deleted: true, InUse: inUse})
 }
 
-// adapterPrompt reports whether a row with adapters and exactly this
-// prompt is in the lane: the SSD tier's files hold the base model's KV
-// (its Restore hook is not told a row's namespace), so it restores
-// nothing into such a row — nor into a base row with the same prompt,
-// which it cannot tell apart.
-func (l *batchLane) adapterPrompt(prompt []int32) bool {
-	for _, r := range l.rows {
-		if len(r.j.opts.Adapters) > 0 && slices.Equal(r.j.prompt, prompt) {
-			return true
-		}
-	}
-	return false
-}
-
 // modelAdapters is /v1/models' adapters member (nil without a host).
 func (s *Server) modelAdapters() []adapterInfo {
 	if s.eng.adapters == nil {

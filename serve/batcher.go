@@ -88,7 +88,7 @@ func newBatchLane(e *engine) (*batchLane, error) {
 	if bs == 0 {
 		bs = kv.DefaultBlockSize
 	}
-	specs, err := generate.PoolLayout(cfg.Model)
+	specs, err := poolLayout(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -117,9 +117,10 @@ func newBatchLane(e *engine) (*batchLane, error) {
 			pool.Free()
 			return nil, err
 		}
-		// rows with adapters neither snapshot nor restore (adapterPrompt)
-		bo.Restore = func(prompt []int32, caches []kv.Cache, held int) (int, error) {
-			if l.adapterPrompt(prompt) {
+		// the tier's files hold the base model's KV: rows with adapters
+		// neither snapshot nor restore
+		bo.Restore = func(ns string, prompt []int32, caches []kv.Cache, held int) (int, error) {
+			if ns != "" {
 				return held, nil
 			}
 			return ssd.restore(prompt, caches, held)

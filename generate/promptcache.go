@@ -14,6 +14,11 @@ import (
 //
 // Entries are cloned on Take (clones share storage copy-on-write, so a
 // take is cheap and the entry stays valid for other requests).
+//
+// Entries live in namespaces (TakeIn, PutIn): KV computed by one model
+// variant (a set of LoRA adapters: Options.CacheNamespace) is only ever
+// served to requests of that namespace. Take and Put use the base
+// model's, "". The byte cap and the LRU order are shared by all.
 type PromptCache struct {
 	mu       sync.Mutex
 	maxBytes int
@@ -22,6 +27,7 @@ type PromptCache struct {
 }
 
 type pcEntry struct {
+	ns     string
 	tokens []int32
 	caches []kv.Cache
 	bytes  int
@@ -78,12 +84,19 @@ func (e *pcEntry) match(prompt []int32) int {
 // prefix with prompt (at most len(prompt)−1 tokens), trimmed to that
 // prefix, and the number of tokens they hold. The caller owns the
 // returned caches (pass them as Options.Caches, then Put or free them).
-// It returns nil, 0 when no entry matches.
-func (p *PromptCache) Take(prompt []int32) ([]kv.Cache, int) {
+// It returns nil, 0 when no entry matches. It looks only at the base
+// model's namespace: TakeIn("", prompt).
+func (p *PromptCache) Take(prompt []int32) ([]kv.Cache, int) { return p.TakeIn("", prompt) }
+
+// TakeIn is Take among the entries of namespace ns.
+func (p *PromptCache) TakeIn(ns string, prompt []int32) ([]kv.Cache, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	best, bestN := -1, 0
 	for i, e := range p.entries {
+		if e.ns != ns {
+			continue
+		}
 		if n := e.match(prompt); n > bestN || (n == bestN && n > 0 && len(e.tokens) < len(p.entries[best].tokens)) {
 			best, bestN = i, n
 		}
@@ -115,9 +128,14 @@ func (p *PromptCache) Take(prompt []int32) ([]kv.Cache, int) {
 // entries whose tokens are a prefix of these are dropped when this entry
 // can be trimmed (it serves every prompt they would, as well). Least
 // recently used entries are evicted to stay under the byte cap; caches
-// larger than the cap are freed at once.
-func (p *PromptCache) Put(tokens []int32, caches []kv.Cache) {
-	e := &pcEntry{tokens: slices.Clone(tokens), caches: caches, bytes: cachesBytes(caches)}
+// larger than the cap are freed at once. It stores into the base model's
+// namespace: PutIn("", tokens, caches).
+func (p *PromptCache) Put(tokens []int32, caches []kv.Cache) { p.PutIn("", tokens, caches) }
+
+// PutIn is Put into namespace ns: the entry serves TakeIn(ns, …) alone,
+// and replaces or drops only entries of ns.
+func (p *PromptCache) PutIn(ns string, tokens []int32, caches []kv.Cache) {
+	e := &pcEntry{ns: ns, tokens: slices.Clone(tokens), caches: caches, bytes: cachesBytes(caches)}
 	for _, c := range caches {
 		if c != nil && !c.IsTrimmable() {
 			e.whole = true
@@ -131,8 +149,8 @@ func (p *PromptCache) Put(tokens []int32, caches []kv.Cache) {
 	defer p.mu.Unlock()
 	keep := p.entries[:0]
 	for _, old := range p.entries {
-		redundant := slices.Equal(old.tokens, e.tokens) ||
-			(!e.whole && len(old.tokens) < len(e.tokens) && slices.Equal(old.tokens, e.tokens[:len(old.tokens)]))
+		redundant := old.ns == ns && (slices.Equal(old.tokens, e.tokens) ||
+			(!e.whole && len(old.tokens) < len(e.tokens) && slices.Equal(old.tokens, e.tokens[:len(old.tokens)])))
 		if redundant {
 			p.bytes -= old.bytes
 			freeCaches(old.caches)
@@ -163,6 +181,27 @@ func (p *PromptCache) Bytes() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.bytes
+}
+
+// ClearIn frees the entries of namespace ns (those of an adapter set
+// that can no longer be chosen) and returns how many there were.
+func (p *PromptCache) ClearIn(ns string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	keep := p.entries[:0]
+	n := 0
+	for _, e := range p.entries {
+		if e.ns == ns {
+			p.bytes -= e.bytes
+			freeCaches(e.caches)
+			n++
+			continue
+		}
+		keep = append(keep, e)
+	}
+	clear(p.entries[len(keep):])
+	p.entries = keep
+	return n
 }
 
 // Clear frees every entry.

@@ -2,9 +2,13 @@ package lora
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"os"
@@ -61,6 +65,10 @@ type Adapter struct {
 	Deltas map[string]*Delta
 	// SizeBytes is the size of the adapter's tensors as stored.
 	SizeBytes int64
+	// Digest is the SHA-256 (hex) of its config and weights files as
+	// read: what it computes, for keys of caches that outlive a mount or
+	// the process (Host.Key). Empty for an adapter not read by Load.
+	Digest string
 }
 
 // Delta is one module's low-rank residual x·Aᵀ·Bᵀ·Scale (PEFT's
@@ -175,7 +183,28 @@ func Load(dir string, be tensor.Backend) (a *Adapter, err error) {
 	for _, d := range a.Deltas {
 		a.Rank = max(a.Rank, d.Rank)
 	}
+	if a.Digest, err = digest(cfgRaw, filepath.Join(dir, weights)); err != nil {
+		return nil, fmt.Errorf("lora: %w: %s: %v", ErrAdapter, dir, err)
+	}
 	return a, nil
+}
+
+// digest is the SHA-256 of an adapter's config bytes and weights file.
+func digest(cfg []byte, weights string) (string, error) {
+	h := sha256.New()
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(len(cfg)))
+	h.Write(n[:])
+	h.Write(cfg)
+	f, err := os.Open(weights)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }

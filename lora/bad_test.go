@@ -179,15 +179,49 @@ func TestSpecAndKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !strings.HasPrefix(k1, "sha256:") || !lora.Persistent(k1) {
+		t.Errorf("key of a loaded adapter %q, want sha256:… (persistent)", k1)
+	}
 	mt, _ := h.Mounted("a_peft")
 	a := mt.Adapter
 	h.Unmount("a_peft")
 	if _, err := h.Mount("a_peft", a); err != nil {
 		t.Fatal(err)
 	}
-	k2, _ := h.Key([]string{"a_peft"})
-	if k1 == k2 || !strings.HasPrefix(k1, "a_peft#") {
-		t.Errorf("keys before and after remounting: %q, %q (want distinct, a_peft#N)", k1, k2)
+	// the same files, remounted: the same key
+	if k2, _ := h.Key([]string{"a_peft"}); k2 != k1 {
+		t.Errorf("keys before and after remounting the same files: %q, %q", k1, k2)
+	}
+	// other files under the same id: another key
+	b, err := lora.Load(adapterDir("llama3", "b_peft"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	h.Unmount("a_peft")
+	if _, err := h.Mount("a_peft", b); err != nil {
+		t.Fatal(err)
+	}
+	if k3, _ := h.Key([]string{"a_peft"}); k3 == k1 {
+		t.Errorf("adapter b mounted as a_peft has a's key %q", k3)
+	}
+	// an adapter not read from files: its mount's serial
+	c := *b
+	c.Digest = ""
+	if _, err := h.Mount("c", &c); err != nil {
+		t.Fatal(err)
+	}
+	kc, _ := h.Key([]string{"c"})
+	if !strings.HasPrefix(kc, "c#") || lora.Persistent(kc) || lora.Persistent(k1+"+"+kc) {
+		t.Errorf("key of an adapter made in memory %q, want c#N (not persistent)", kc)
+	}
+	if ka, _ := h.Key([]string{"a_peft", "c"}); ka == kc || !strings.Contains(ka, "+") {
+		t.Errorf("stacked key %q", ka)
+	}
+	h.Unmount("a_peft")
+	h.Unmount("c")
+	if _, err := h.Mount("a_peft", a); err != nil {
+		t.Fatal(err)
 	}
 	if k, _ := h.Key(nil); k != "" {
 		t.Errorf("base key %q, want empty", k)

@@ -352,10 +352,11 @@ func (h *Host) Check(set []string) error {
 }
 
 // Key names what set computes, for caches of its results (a prompt
-// cache's namespace): the ids joined with "+", each with its mount's
-// Serial, so that an adapter remounted from other files does not share
-// entries with its former self; "" for the base model. Unknown ids are an
-// error.
+// cache's namespace): one part per adapter, in order, joined with "+";
+// "" for the base model. An adapter read by Load is named by its Digest
+// ("sha256:…": the same files give the same key, in any mount, under any
+// id, in any process); one made otherwise by its id and its mount's
+// Serial ("id#N", which no other mount shares). Unknown ids are an error.
 func (h *Host) Key(set []string) (string, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -365,9 +366,30 @@ func (h *Host) Key(set []string) (string, error) {
 		if !ok {
 			return "", fmt.Errorf("lora: %w: no adapter is mounted as %q (mounted: %v)", ErrAdapter, id, h.ids)
 		}
-		parts[i] = id + "#" + strconv.FormatUint(m.Serial, 10)
+		if d := m.Adapter.Digest; d != "" {
+			parts[i] = digestPrefix + d
+		} else {
+			parts[i] = id + "#" + strconv.FormatUint(m.Serial, 10)
+		}
 	}
 	return strings.Join(parts, "+"), nil
+}
+
+const digestPrefix = "sha256:"
+
+// Persistent reports whether a Key names every adapter by its files'
+// digest, so that it means the same thing after a restart (a cache on
+// disk may be keyed by it); the base model's "" is persistent too.
+func Persistent(key string) bool {
+	if key == "" {
+		return true
+	}
+	for _, p := range strings.Split(key, "+") {
+		if !strings.HasPrefix(p, digestPrefix) {
+			return false
+		}
+	}
+	return true
 }
 
 // Selection says which mounted adapters a forward pass applies.

@@ -61,6 +61,12 @@ type LayerSpec struct {
 	Turbo TurboSpec
 	// Blocks is the layer's capacity in blocks; 0 takes PoolConfig.Blocks.
 	Blocks int
+	// Recurrent marks a linear-attention layer (RecurrentCache): its state
+	// has a fixed size per sequence and is not paged — NewCaches gives
+	// each sequence a RecurrentCache of its own and the layer holds no
+	// blocks. A pool with such a layer caches no prefixes (a prefix's
+	// blocks would come without the state after it).
+	Recurrent bool
 }
 
 // LayerSpecOf is the paged equivalent of a contiguous cache, so that a
@@ -84,6 +90,8 @@ func LayerSpecOf(c Cache) (LayerSpec, error) {
 		return LayerSpec{Window: c.maxSize, Keep: c.keepN, Turbo: c.spec}, nil
 	case *PagedCache:
 		return c.lp.spec, nil
+	case *RecurrentCache:
+		return LayerSpec{Recurrent: true}, nil
 	}
 	return LayerSpec{}, fmt.Errorf("kv: no paged equivalent of a %T", c)
 }
@@ -159,7 +167,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		if s.Blocks == 0 {
 			s.Blocks = cfg.Blocks
 		}
-		if !s.Shared {
+		if !s.Shared && !s.Recurrent {
 			if s.Blocks <= 0 {
 				return nil, fmt.Errorf("kv: pool layer %d: capacity %d blocks", i, s.Blocks)
 			}
@@ -192,7 +200,10 @@ func (p *Pool) Layers() int { return len(p.layers) }
 func (p *Pool) NewCaches() []Cache {
 	out := make([]Cache, len(p.layers))
 	for i, lp := range p.layers {
-		if !lp.spec.Shared {
+		switch {
+		case lp.spec.Recurrent:
+			out[i] = NewRecurrentCache()
+		case !lp.spec.Shared:
 			out[i] = newPagedCache(lp)
 		}
 	}
@@ -201,7 +212,7 @@ func (p *Pool) NewCaches() []Cache {
 
 // NewCache returns an empty PagedCache for one layer.
 func (p *Pool) NewCache(layer int) (*PagedCache, error) {
-	if layer < 0 || layer >= len(p.layers) || p.layers[layer].spec.Shared {
+	if layer < 0 || layer >= len(p.layers) || p.layers[layer].spec.Shared || p.layers[layer].spec.Recurrent {
 		return nil, fmt.Errorf("kv: pool has no cache for layer %d", layer)
 	}
 	return newPagedCache(p.layers[layer]), nil
@@ -219,7 +230,7 @@ func (p *Pool) BlocksNeeded(tokens, chunk int) []int {
 	out := make([]int, len(p.layers))
 	for i, lp := range p.layers {
 		switch w := lp.spec.Window; {
-		case lp.spec.Shared:
+		case lp.spec.Shared, lp.spec.Recurrent:
 		case w > 0:
 			slots := min(tokens, max(w-1+chunk, w))
 			out[i] = (slots + bs - 1) / bs
@@ -256,7 +267,7 @@ func (p *Pool) Stats() PoolStats {
 	for _, lp := range p.layers {
 		ls := LayerStats{Capacity: lp.capacity, Allocated: lp.nAlloc, Used: lp.used, Cached: lp.lru.n,
 			Peak: lp.peak, BlockBytes: lp.blockBytes}
-		if lp.spec.Shared {
+		if lp.spec.Shared || lp.spec.Recurrent {
 			ls = LayerStats{}
 		}
 		ls.Free = ls.Capacity - ls.Used

@@ -110,6 +110,17 @@ func (ix *prefixIndex) lookup(ns string, tokens []int32, limit int) []*prefixEnt
 	return chain
 }
 
+// hasRecurrent reports whether a layer of p is recurrent (its prefixes
+// are then never registered).
+func (p *Pool) hasRecurrent() bool {
+	for _, lp := range p.layers {
+		if lp.spec.Recurrent {
+			return true
+		}
+	}
+	return false
+}
+
 // pagedCaches checks that caches are one sequence's caches over p (as
 // NewCaches makes them) and returns them per layer (nil for shared layers).
 func (p *Pool) pagedCaches(caches []Cache) ([]*PagedCache, error) {
@@ -122,6 +133,12 @@ func (p *Pool) pagedCaches(caches []Cache) ([]*PagedCache, error) {
 		if lp.spec.Shared {
 			if c != nil {
 				return nil, fmt.Errorf("kv: layer %d is shared but has a %T", i, c)
+			}
+			continue
+		}
+		if lp.spec.Recurrent {
+			if _, ok := c.(*RecurrentCache); !ok {
+				return nil, fmt.Errorf("kv: layer %d is recurrent but has a %T", i, c)
 			}
 			continue
 		}
@@ -213,6 +230,9 @@ func (p *Pool) RegisterPrefixIn(ns string, caches []Cache, tokens []int32) (int,
 	pcs, err := p.pagedCaches(caches)
 	if err != nil {
 		return 0, err
+	}
+	if p.hasRecurrent() { // the blocks would come without the state after them
+		return 0, nil
 	}
 	bs := p.blockSize
 	// the chain every layer agrees on

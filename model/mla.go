@@ -410,6 +410,12 @@ func (a *mlaAttn) forward(x *tensor.Array, c kv.Cache, mask kv.Mask, prev *tenso
 	allKeys, allLat := keys, lat
 	if c != nil {
 		got := c.UpdateAndFetch(keys, lat)
+		if got.Paged != nil && got.Paged.InOrder() {
+			if _, _, q := got.Paged.Quantized(); !q {
+				parts := got.Paged.Gather() // [1, 1, n, ·]: the latent cache is one head
+				got.Keys, got.Values = parts[0], parts[1]
+			}
+		}
 		if got.Keys == nil {
 			panic(&tensor.Error{Op: "model.Forward", Err: fmt.Errorf("%w: latent attention needs a plain cache, got %T", tensor.ErrArgument, c)})
 		}

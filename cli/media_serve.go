@@ -3,10 +3,13 @@ package main
 import (
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/model"
+	"github.com/mlxgo/mlxgo/serve"
 	"github.com/mlxgo/mlxgo/tensor"
+	"github.com/spf13/pflag"
 )
 
 // servedMedia is the served model with its checkpoint's towers: a
@@ -44,4 +47,28 @@ func serveModel(dir string, m model.Model, be tensor.Backend, log *slog.Logger) 
 		log.Info("multimodal input", "image", mm.Vision != nil, "audio", mm.Audio != nil)
 	}
 	return &servedMedia{Model: gm, base: m, media: mm}, func() { mm.Close() }, nil
+}
+
+// mediaFetchFlags are serve's flags for media given as http(s) URLs.
+type mediaFetchFlags struct {
+	allow    bool
+	timeout  time.Duration
+	maxBytes int
+}
+
+// addMediaFetchFlags registers --allow-media-fetch and its limits.
+func addMediaFetchFlags(fl *pflag.FlagSet) *mediaFetchFlags {
+	f := &mediaFetchFlags{}
+	fl.BoolVar(&f.allow, "allow-media-fetch", false, "fetch image_url / image source URLs given as http(s) (public addresses only); without it only data: URLs and base64 are read")
+	fl.DurationVar(&f.timeout, "media-fetch-timeout", 10*time.Second, "time limit of one --allow-media-fetch fetch")
+	fl.IntVar(&f.maxBytes, "media-fetch-max-bytes", serve.MaxMediaBytes, "size cap of one --allow-media-fetch fetch")
+	return f
+}
+
+// policy is the server's MediaFetch (nil without --allow-media-fetch).
+func (f *mediaFetchFlags) policy() *serve.MediaFetch {
+	if f == nil || !f.allow {
+		return nil
+	}
+	return &serve.MediaFetch{Timeout: f.timeout, MaxBytes: f.maxBytes}
 }

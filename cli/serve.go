@@ -115,6 +115,7 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	fl.IntVar(&f.chunk, "prefill-step-size", generate.DefaultPrefillChunkSize, "prompt tokens per forward pass during prefill")
 	fl.StringVar(&f.toolFormat, "tool-format", "", "tool-call syntax: hermes, gemma4 or llama3 (default: detected)")
 	fl.BoolVar(&f.copyWeights, "copy-weights", false, "copy weights into memory instead of mapping the files")
+	mediaFetch := addMediaFetchFlags(fl)
 	addExpertFlags(fl, &f.experts)
 	fl.StringArrayVar(&f.adapters, "adapter", nil, serveAdapterUsage)
 	fl.StringArrayVar(&f.adapters, "adapter-path", nil, "the same as --adapter")
@@ -286,6 +287,7 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 		Plan: plan, ExpertStats: func() (model.ExpertStats, bool) { return expertStats(m) },
 		ResponseStoreTTL: f.responseTTL, ResponseStoreBytes: responseBytes, EmbeddingPooling: pooling, MatryoshkaMinDims: f.matryoshkaMin,
 		Adapters: lm, Speculation: sp,
+		MediaFetch: mediaFetch.policy(),
 	})
 	if err != nil {
 		return err

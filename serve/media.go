@@ -52,7 +52,8 @@ type mediaItem struct {
 type mediaCollector struct {
 	items              []mediaItem
 	mm                 MediaModel
-	imageText, audText string // placeholder token texts ("": the model takes none)
+	imageText, audText string      // placeholder token texts ("": the model takes none)
+	fetch              *MediaFetch // nil: http(s) URLs are refused unfetched
 }
 
 // mediaCollector returns the collector for one request.
@@ -63,6 +64,7 @@ func (s *Server) mediaCollector() *mediaCollector {
 		return c
 	}
 	c.mm = mm
+	c.fetch = s.cfg.MediaFetch
 	md := mm.Media()
 	if md.Vision != nil {
 		c.imageText, _ = s.cfg.Tokenizer.Token(int(md.Tokens.Image))
@@ -133,13 +135,24 @@ func decodeBase64(s, param string) ([]byte, error) {
 	return nil, badRequest(param, "corrupt media: the data is not valid base64")
 }
 
+// mediaURL reads a data: URL's bytes (base64 only), or fetches an http(s)
+// URL when the server allows it (MediaFetch); otherwise remote URLs are
+// refused unfetched.
+func (c *mediaCollector) mediaURL(u, param string) ([]byte, error) {
+	low := strings.ToLower(u)
+	if (strings.HasPrefix(low, "http://") || strings.HasPrefix(low, "https://")) && c.fetch != nil {
+		return c.fetch.fetch(u, param)
+	}
+	return decodeDataURL(u, param)
+}
+
 // decodeDataURL reads a data: URL's bytes (base64 only). Remote URLs are
-// never fetched.
+// refused.
 func decodeDataURL(u, param string) ([]byte, error) {
 	low := strings.ToLower(u)
 	switch {
 	case strings.HasPrefix(low, "http://"), strings.HasPrefix(low, "https://"):
-		return nil, badRequest(param, "remote media URLs are not fetched: send the file inline as a data: URL (data:image/png;base64,...)")
+		return nil, badRequest(param, "remote media URLs are not fetched (the server runs without --allow-media-fetch): send the file inline as a data: URL (data:image/png;base64,...)")
 	case !strings.HasPrefix(low, "data:"):
 		return nil, badRequest(param, "unsupported media URL: want a data: URL (data:image/png;base64,...)")
 	}
@@ -177,7 +190,7 @@ func (c *mediaCollector) openaiMediaPart(p contentPart, param string) (string, e
 		default:
 			return "", badRequest(param+".image_url", "an image_url part needs image_url: {url: \"data:image/...;base64,...\"}")
 		}
-		data, err := decodeDataURL(url, param+".image_url.url")
+		data, err := c.mediaURL(url, param+".image_url.url")
 		if err != nil {
 			return "", err
 		}
@@ -220,7 +233,14 @@ func (c *mediaCollector) anthropicImage(b anthropicBlock, param string) (string,
 	switch src.Type {
 	case "base64":
 	case "url":
-		return "", badRequest(param+".source.type", "remote media URLs are not fetched: send the image as a base64 source")
+		if c.fetch == nil {
+			return "", badRequest(param+".source.type", "remote media URLs are not fetched (the server runs without --allow-media-fetch): send the image as a base64 source")
+		}
+		data, err := c.fetch.fetch(src.URL, param+".source.url")
+		if err != nil {
+			return "", err
+		}
+		return c.add(model.MediaImage, data, param+".source")
 	default:
 		return "", badRequest(param+".source.type", "unsupported image source type %q (want base64)", src.Type)
 	}

@@ -222,6 +222,10 @@ type Config struct {
 	// DefaultResponseStoreBytes; negative: none are stored); the oldest
 	// are evicted first.
 	ResponseStoreBytes int
+	// MediaFetch, when set, lets image parts name http(s) URLs, fetched
+	// under its policy (timeout, size cap, public addresses only); nil
+	// refuses them unfetched.
+	MediaFetch *MediaFetch
 	// EmbeddingPooling is how POST /v1/embeddings pools the final hidden
 	// states: "mean" (the default) or "last" (the last token's).
 	EmbeddingPooling string

@@ -50,6 +50,8 @@ type serveFlags struct {
 	maxBodyBytes                                                           int64
 	batch, blockSize                                                       int
 	kvBudget                                                               int64
+	kvQuant                                                                string
+	kvStart                                                                int
 	shutdownTimeout                                                        time.Duration
 	ssdDir                                                                 string
 	ssdMax                                                                 int64
@@ -103,6 +105,8 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	fl.IntVar(&f.batch, "decode-concurrency", serve.DefaultBatch, "the same as --batch")
 	fl.Int64Var(&f.kvBudget, "kv-budget", 0, "bytes of KV the batched lane may hold, prompt cache included (0: half the memory available at start)")
 	fl.IntVar(&f.blockSize, "kv-block-size", kv.DefaultBlockSize, "tokens per KV block of the batched lane's pool")
+	addKVQuantFlag(fl, &f.kvQuant)
+	fl.IntVar(&f.kvStart, "quantized-kv-start", generate.DefaultQuantizedKVStart, "context length from which --kv-quant applies on the serial lane (--batch 1); the batched lane's pool stores codes from the first token")
 	fl.StringVar(&f.ssdDir, "ssd-cache", "", "folder keeping the KV of long prompt prefixes across requests and restarts (batched lane)")
 	fl.Int64Var(&f.ssdMax, "ssd-cache-max", serve.DefaultSSDCacheMaxBytes, "bytes the SSD cache may hold (least recently used files go first)")
 	fl.IntVar(&f.ssdMinTokens, "ssd-cache-min-tokens", serve.DefaultSSDCacheMinTokens, "shortest prompt prefix the SSD cache keeps")
@@ -166,6 +170,10 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	}
 	if f.batch < 1 || f.blockSize < 1 || f.kvBudget < 0 || f.shutdownTimeout <= 0 {
 		return fmt.Errorf("%w: --batch and --kv-block-size must be ≥ 1, --kv-budget ≥ 0 and --shutdown-timeout positive", errUsage)
+	}
+	turbo, qerr := parseKVQuantFlag(f.kvQuant, 0, "")
+	if qerr != nil {
+		return qerr
 	}
 	if f.spec.on() {
 		if err := f.spec.check(); err != nil {
@@ -237,6 +245,9 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	// the server picks each request's adapters; the model applies none by
 	// itself
 	var m model.Model = lm.With(lora.Selection{})
+	if err := checkKVQuant(m, turbo); err != nil {
+		return err
+	}
 	info := m.Info()
 	gen, err := serve.LoadGenerationConfig(dir)
 	if err != nil {
@@ -282,6 +293,7 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 		ToolFormat: f.toolFormat, Logger: log, Aliases: aliases, AnyModelName: f.anyModelName, APIKeys: keys,
 		AllowedOrigins: f.allowedOrigins, AllowedHosts: hosts, BodyTimeout: f.bodyTimeout, WriteTimeout: f.writeTimeout,
 		MaxBodyBytes: f.maxBodyBytes, Batch: f.batch, KVBudgetBytes: int(kvBudget), BlockSize: f.blockSize,
+		KVQuant: turbo, QuantizedKVStart: f.kvStart,
 		ShutdownTimeout: f.shutdownTimeout, SSDCacheDir: f.ssdDir, SSDCacheMaxBytes: f.ssdMax, SSDCacheMinTokens: f.ssdMinTokens,
 		SSDCacheVerify: f.ssdVerify, ModelFingerprint: fp,
 		Plan: plan, ExpertStats: func() (model.ExpertStats, bool) { return expertStats(m) },

@@ -302,6 +302,7 @@ func (e *engine) run(j *job) {
 
 func (e *engine) generate(j *job) (res outcome) {
 	opts := j.opts
+	opts.KVQuant, opts.QuantizedKVStart = e.cfg.KVQuant, e.cfg.QuantizedKVStart
 	var taken []kv.Cache
 	m := e.cfg.Model
 	pc := e.pc

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/kv"
 	"github.com/mlxgo/mlxgo/lora"
 	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/tensor"
@@ -160,6 +161,12 @@ type Config struct {
 	KVBudgetBytes int
 	// BlockSize is the pool's tokens per KV block (0: kv.DefaultBlockSize).
 	BlockSize int
+	// KVQuant, when set, stores KV as TurboQuant codes: the batched
+	// lane's pool blocks from the first token (KVBudgetBytes then holds
+	// 2.56× the tokens at head dim 128 with k8v3), the serial lane's
+	// caches from QuantizedKVStart on (generate.Options.KVQuant).
+	KVQuant          *kv.TurboSpec
+	QuantizedKVStart int
 	// SSDCacheDir, when set, keeps the KV of long prompt prefixes (at least
 	// SSDCacheMinTokens, default DefaultSSDCacheMinTokens) in files in
 	// this folder, written off the token loop and restored into a request

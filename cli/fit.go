@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/mlxgo/mlxgo/model"
 )
@@ -18,6 +18,7 @@ func init() {
 // fitFlags are the fit verb's flags.
 type fitFlags struct {
 	model, memory       string
+	backend             string
 	context, batch      int
 	kvBits, kvGroup     int
 	chunk               int
@@ -38,8 +39,9 @@ func runFit(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fl.IntVar(&f.kvBits, "kv-bits", 0, "plan a quantized KV cache of this many bits (0: off)")
 	fl.IntVar(&f.kvGroup, "kv-group-size", 64, "KV quantization group size")
 	fl.IntVar(&f.chunk, "prefill-chunk-size", 512, "prompt tokens per forward pass (sizes the prefill transients)")
-	fl.Float64Var(&f.bandwidth, "bandwidth", 0, "memory bandwidth in GB/s for the decode prediction (default: measured)")
-	fl.BoolVar(&f.noBandwidth, "no-prediction", false, "skip the bandwidth measurement and the decode prediction")
+	fl.Float64Var(&f.bandwidth, "bandwidth", 0, "predict decode as bytes per token ÷ this bandwidth in GB/s (a roofline) instead of probing the kernels")
+	fl.BoolVar(&f.noBandwidth, "no-prediction", false, "skip the kernel probe and the decode prediction")
+	fl.StringVar(&f.backend, "backend", "cpu", "backend whose kernels the decode prediction probes: cpu, mlx, or auto")
 	fl.BoolVar(&f.asJSON, "json", false, "print the plan as JSON")
 	addExpertFlags(fl, &f.experts)
 	fl.Usage = func() {
@@ -75,11 +77,17 @@ func runFit(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		}
 		opts.Stream, opts.ExpertCacheBytes = true, es.CacheBytes
 	}
-	if !f.noBandwidth {
+	switch {
+	case f.noBandwidth:
+	case f.bandwidth > 0:
 		opts.BandwidthGBs = f.bandwidth
-		if opts.BandwidthGBs == 0 {
-			opts.BandwidthGBs = measureBandwidth()
+	default:
+		// the checkpoint's decode kernels timed on this machine (cached)
+		be, err := chooseBackend(f.backend, stderr)
+		if err != nil {
+			return err
 		}
+		opts.Predict, opts.Backend = true, be
 	}
 	p, err := model.PlanMemory(dir, opts)
 	if err != nil {
@@ -142,26 +150,20 @@ func printPlan(w io.Writer, p *model.Plan, bw float64) {
 		fmt.Fprintf(w, " (model maximum %d)", p.ModelMaxContext)
 	}
 	fmt.Fprintf(w, "\nlargest batch at %d tokens: %d\n", p.Context, p.MaxBatch)
-	if p.PredictedDecodeTPS > 0 {
+	switch {
+	case p.PredictedDecodeTPS > 0 && len(p.DecodeSeconds) > 0:
+		terms := make([]string, 0, len(p.DecodeSeconds))
+		for k := range p.DecodeSeconds {
+			terms = append(terms, k)
+		}
+		sort.Strings(terms)
+		for i, k := range terms {
+			terms[i] = fmt.Sprintf("%s %.2f ms", k, p.DecodeSeconds[k]*1e3)
+		}
+		fmt.Fprintf(w, "predicted decode: %.1f tokens/s (%s read per token; probed step: %s)\n", p.PredictedDecodeTPS, fmtBytes(p.DecodeBytesPerToken), strings.Join(terms, ", "))
+	case p.PredictedDecodeTPS > 0:
 		fmt.Fprintf(w, "predicted decode: %.1f tokens/s (%s per token at %.1f GB/s)\n", p.PredictedDecodeTPS, fmtBytes(p.DecodeBytesPerToken), bw)
 	}
-}
-
-// measureBandwidth times copies of a 256 MiB buffer (the best of a few,
-// counting bytes read and written) in GB/s.
-func measureBandwidth() float64 {
-	const size = 256 << 20
-	src, dst := make([]byte, size), make([]byte, size)
-	for i := range src {
-		src[i] = byte(i)
-	}
-	best := time.Duration(1<<63 - 1)
-	for range 4 {
-		t := time.Now()
-		copy(dst, src)
-		best = min(best, time.Since(t))
-	}
-	return 2 * size / best.Seconds() / 1e9
 }
 
 // servePlan is the memory plan serve starts under (--memory-budget, the

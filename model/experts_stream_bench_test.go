@@ -47,6 +47,9 @@ func benchMoE(b *testing.B) string {
 			dir = d
 		}
 		if _, err := os.Stat(dir + "/config.json"); err != nil {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				b.Fatal(err)
+			}
 			writeRandomMoE(b, dir, benchMoEShape)
 		}
 		benchMoEDir = dir

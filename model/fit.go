@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -35,8 +36,14 @@ type PlanOptions struct {
 	// the prefill transients.
 	PrefillChunk int
 	// BandwidthGBs is the memory bandwidth decode is predicted with
-	// (GB/s; 0: no prediction).
+	// (GB/s) when Predict is off: bytes per step ÷ bandwidth, a roofline
+	// (0: no prediction).
 	BandwidthGBs float64
+	// Predict measures the checkpoint's decode kernels on Backend (nil:
+	// the CPU backend) with ProbeDecode (cached per machine) and predicts
+	// decode tokens/s from them (Plan.DecodeSeconds).
+	Predict bool
+	Backend tensor.Backend
 }
 
 // Plan is a model's memory plan: what its weights, experts, caches and
@@ -94,10 +101,106 @@ type Plan struct {
 	// BandwidthGBs (0: not predicted).
 	DecodeBytesPerToken int64   `json:"decode_bytes_per_token"`
 	PredictedDecodeTPS  float64 `json:"predicted_decode_tps,omitempty"`
+	// Kernels are the matrices a decode step multiplies by (the dense
+	// projections, the head, the routed experts' gathers), from the
+	// headers.
+	Kernels []DecodeKernel `json:"decode_kernels,omitempty"`
+	// DecodeSeconds is the predicted step (PlanOptions.Predict), by term:
+	// "weights" (dense kernels at their measured seconds per call),
+	// "experts" (routed gathers), "routing" (the MoE blocks' work around
+	// their matrices), "ops" (LayerOps element-wise ops per layer), "kv"
+	// (the caches at Context read at the probe's bandwidth).
+	DecodeSeconds map[string]float64 `json:"predicted_step_seconds,omitempty"`
 	// Shrink names the term to shrink first when the plan does not fit.
 	Shrink string `json:"shrink,omitempty"`
 
 	moeLayers int // streamed MoE layers (three banks each)
+	layers    int // decoder layers
+	probe     *DecodeProbe
+}
+
+// kernelBytes is what one step's kernels read: the dense ones and the
+// routed experts' (one token's routes).
+func (p *Plan) kernelBytes() (dense, experts int64) {
+	for _, k := range p.Kernels {
+		n := int64(math.Round(k.Calls * float64(k.Bytes)))
+		if k.Routed {
+			experts += n
+		} else {
+			dense += n
+		}
+	}
+	return dense, experts
+}
+
+// predict fills DecodeSeconds and PredictedDecodeTPS from the probe: each
+// kernel's calls at its measured seconds (a batch's rows share a dense
+// call; routed gathers grow with the batch's distinct routes, at most
+// all experts), LayerOps ops per layer and the probed routing per MoE
+// layer per row, the caches at the probe's read bandwidth.
+func (p *Plan) predict() {
+	pr := p.probe
+	t := map[string]float64{}
+	b := float64(p.Batch)
+	for _, k := range p.Kernels {
+		s := pr.Seconds[k.Key()] * k.Calls
+		if k.Routed {
+			t["experts"] += s * min(b, rowsToFill(k))
+		} else {
+			t["weights"] += s
+		}
+	}
+	t["ops"] = float64(p.layers*LayerOps) * pr.OpSeconds * b
+	if pr.RouteSeconds > 0 {
+		t["routing"] = p.routedLayers() * pr.RouteSeconds * b
+	}
+	if pr.ReadGBs > 0 {
+		t["kv"] = float64(p.kvAt(p.Context, p.Batch)) / (pr.ReadGBs * 1e9)
+	}
+	var step float64
+	for _, v := range t {
+		step += v
+	}
+	p.DecodeSeconds = t
+	if step > 0 {
+		p.PredictedDecodeTPS = b / step
+	}
+}
+
+// routedLayers counts the MoE layers among the kernels: a layer has one
+// routed down projection (a bank called once, or top-k per-expert calls)
+// whose output is the hidden size, the widest routed output.
+func (p *Plan) routedLayers() float64 {
+	out := 0
+	for _, k := range p.Kernels {
+		if k.Routed {
+			out = max(out, k.Out)
+		}
+	}
+	var n float64
+	for _, k := range p.Kernels {
+		if !k.Routed || k.Out != out {
+			continue
+		}
+		if k.Experts > 0 {
+			n += k.Calls
+		} else if k.TopK > 0 {
+			n += k.Calls / float64(k.TopK)
+		}
+	}
+	return n
+}
+
+// rowsToFill is how many rows' routes reach every expert of k's bank
+// (experts ÷ top-k), beyond which a batch reads no more.
+func rowsToFill(k DecodeKernel) float64 {
+	if k.Experts > 0 && k.TopK > 0 {
+		return float64(k.Experts) / float64(k.TopK)
+	}
+	if k.Routed && k.TopK > 0 {
+		return float64(k.PerExpert) / float64(k.TopK)
+	}
+	return 1
 }
 
 // PlanMemory plans the model in dir. It opens the checkpoint's headers
@@ -159,6 +262,22 @@ func PlanMemory(dir string, opts PlanOptions) (*Plan, error) {
 	p.applyKVQuant(opts, info.DType)
 	p.ActiveExpertBytesPerToken = activeExpertBytes(m.w.stream, cfg.Raw)
 	p.moeLayers = len(m.w.stream.banks) / 3
+	tiedHead := false
+	if h, ok := headProjection(m.arch); ok {
+		_, tiedHead = h.(*TiedHead)
+	}
+	p.Kernels = decodeKernels(set, cfg.Raw, tiedHead)
+	p.layers = info.Layers
+	if opts.Predict {
+		pbe := opts.Backend
+		if pbe == nil {
+			pbe = be
+		}
+		dense, experts := p.kernelBytes()
+		if p.probe, err = ProbeDecode(pbe, p.Kernels, dense+experts, info.Hidden, info.DType); err != nil {
+			return nil, err
+		}
+	}
 	p.evaluate(opts, info, lookup)
 	return p, nil
 }
@@ -210,13 +329,21 @@ func (p *Plan) evaluate(opts PlanOptions, info Info, lookup int64) {
 	if !p.Fits {
 		p.Shrink = p.shrinkTerm()
 	}
-	dense := p.ResidentWeightsBytes - lookup
-	if !p.Streamed {
-		dense -= p.ExpertBytes
+	dense, active := p.kernelBytes()
+	if len(p.Kernels) == 0 {
+		dense = p.ResidentWeightsBytes - lookup
+		if !p.Streamed {
+			dense -= p.ExpertBytes
+		}
+		active = p.ActiveExpertBytesPerToken
 	}
-	p.DecodeBytesPerToken = dense/int64(p.Batch) + p.ActiveExpertBytesPerToken + p.kvAt(p.Context, 1)
-	if opts.BandwidthGBs > 0 && p.DecodeBytesPerToken > 0 {
-		perStep := dense + min(p.ActiveExpertBytesPerToken*int64(p.Batch), p.ExpertBytes) + p.kvAt(p.Context, p.Batch)
+	p.DecodeBytesPerToken = dense/int64(p.Batch) + active + p.kvAt(p.Context, 1)
+	p.PredictedDecodeTPS, p.DecodeSeconds = 0, nil
+	switch {
+	case p.probe != nil:
+		p.predict()
+	case opts.BandwidthGBs > 0 && p.DecodeBytesPerToken > 0:
+		perStep := dense + min(active*int64(p.Batch), p.ExpertBytes) + p.kvAt(p.Context, p.Batch)
 		p.PredictedDecodeTPS = float64(p.Batch) * opts.BandwidthGBs * 1e9 / float64(perStep)
 	}
 }

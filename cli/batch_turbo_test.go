@@ -65,3 +65,13 @@ func TestBatchTurboPaged(t *testing.T) {
 		t.Errorf("kv_bytes_peak: k8v3 %d, k8v8 %d, plain %d", p3, p8, pp)
 	}
 }
+
+// TestServeKVQuantFlag: serve refuses a bad --kv-quant scheme with a
+// usage error, before loading anything.
+func TestServeKVQuantFlag(t *testing.T) {
+	for _, bad := range []string{"turbo:k8v9", "turbo:k3v3", "affine"} {
+		if code, _, errs := run(t, "serve", "--kv-quant", bad); code != 2 || !strings.Contains(errs, "kv-quant") {
+			t.Errorf("serve --kv-quant %s: exit %d: %s", bad, code, errs)
+		}
+	}
+}

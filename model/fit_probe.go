@@ -225,7 +225,6 @@ type DecodeProbe struct {
 // against (BENCHMARKS.md).
 const LayerOps = 32
 
-
 // probeSet caps the bytes the probe allocates for one kernel (its copies
 // cycled so that a model larger than the caches is read from memory as
 // decode reads it).

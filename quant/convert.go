@@ -307,7 +307,7 @@ func Dequantize(src, dst string, dt tensor.DType) (err error) {
 			}
 			out[base+".weight"] = tensor.Dequantize(wq, s, b, spec.GroupSize, spec.Bits, to)
 			tensor.Free(wq, s, b)
-		case set.Has(base + ".scales"): // the packed weight and biases of a module done above
+		case set.Has(base+".scales") && (name == base+".weight" || name == base+".biases"): // the packed weight and biases of a module done above (not its other tensors: a router's correction bias)
 		default:
 			out[name] = loadAs(set, nil, name, dt, "dequantize")
 		}

@@ -679,11 +679,13 @@ func TestAdapterMountWhileRunning(t *testing.T) {
 	}
 }
 
-// TestAdapterCacheNamespaces: a prompt's KV computed by the base model
-// is never reused by a row with adapters, neither from the pool's prefix
-// cache (rows of other adapter sets register their blocks under other
-// namespaces) nor from the SSD tier (rows with adapters neither write
-// nor restore it); rows of one set do share their prefix.
+// TestAdapterCacheNamespaces: a prompt's KV computed under one adapter
+// set (or none) is only ever reused by rows of that set, from the pool's
+// prefix cache (rows register their blocks under their set's namespace)
+// and from the SSD tier (each set's files under its own key): rows of one
+// set share their prefix, in the pool and after a restart; a set with no
+// file of its own restores nothing, though the base model's file of the
+// same prompt is there.
 func TestAdapterCacheNamespaces(t *testing.T) {
 	f := openLoraFixture(t)
 	cfg := f.config(4)
@@ -716,33 +718,39 @@ func TestAdapterCacheNamespaces(t *testing.T) {
 	if st := srv.Stats().SSD; st == nil || st.Entries != 1 {
 		t.Fatalf("the base request wrote no SSD file: %+v", st)
 	}
-	for _, spec := range []string{"a_peft", "a_peft+b_peft", "a_peft"} {
-		text, cached := ask(hs.URL, spec)
-		if text != want[spec] {
-			t.Errorf("%s after the base run: %q, solo %q (cached %v tokens)", spec, text, want[spec], cached)
+	for _, spec := range []string{"a_peft", "a_peft+b_peft"} {
+		if text, cached := ask(hs.URL, spec); text != want[spec] || cached != 0 {
+			t.Errorf("%s after the base run: %q (cached %v tokens), solo %q (want nothing cached)", spec, text, cached, want[spec])
 		}
 	}
-	// the second a_peft request reused the first's blocks, not the base's
-	if _, cached := ask(hs.URL, "a_peft"); cached == 0 {
-		t.Error("a repeated a_peft request reused none of its own prefix")
+	// a repeated a_peft request reuses its own prefix, not the base's
+	if text, cached := ask(hs.URL, "a_peft"); cached == 0 || text != want["a_peft"] {
+		t.Errorf("a repeated a_peft request: %q (cached %v), solo %q (want its own prefix reused)", text, cached, want["a_peft"])
 	}
 	flush(hs.URL)
-	if st := srv.Stats().SSD; st.Entries != 1 || st.Hits != 0 {
-		t.Errorf("requests with adapters wrote or restored SSD files: %+v", st)
+	st := srv.Stats().SSD
+	if st.Entries != 3 {
+		t.Errorf("SSD tier: %+v (want 3 files: base, a_peft, a_peft+b_peft)", st)
 	}
 	hs.Close()
 	srv.Close()
-	// after a restart the pool is empty: only the SSD tier holds the
-	// base model's KV of the prompt, which an adapter row must not take
+	// after a restart the pool is empty: only the SSD tier holds KV of the
+	// prompt, each set's under its own key
 	srv2, hs2 := startServer(t, cfg)
 	if text, cached := ask(hs2.URL, "b_peft"); text != want["b_peft"] || cached != 0 {
-		t.Errorf("b_peft after a restart: %q (cached %v), solo %q", text, cached, want["b_peft"])
+		t.Errorf("b_peft (no file of its own) after a restart: %q (cached %v), solo %q", text, cached, want["b_peft"])
 	}
-	if text, cached := ask(hs2.URL, "none"); text != want["none"] || cached == 0 {
-		t.Errorf("base after a restart: %q (cached %v), solo %q", text, cached, want["none"])
+	flush(hs2.URL)
+	if st := srv2.Stats().SSD; st.Entries != 4 || st.Hits != 0 {
+		t.Errorf("SSD tier after the restart and a b_peft request: %+v (want 4 files, b_peft's new, no hit)", st)
 	}
-	if st := srv2.Stats().SSD; st.Hits != 1 {
-		t.Errorf("SSD tier after the restart: %+v (want the base request's hit only)", st)
+	for i, spec := range []string{"a_peft+b_peft", "none", "a_peft"} {
+		if text, cached := ask(hs2.URL, spec); text != want[spec] || cached == 0 {
+			t.Errorf("%s after a restart: %q (cached %v), solo %q (want its own file restored)", spec, text, cached, want[spec])
+		}
+		if st := srv2.Stats().SSD; st.Hits != int64(i+1) {
+			t.Errorf("after %s: %d SSD hits, want %d", spec, st.Hits, i+1)
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/kv"
+	"github.com/mlxgo/mlxgo/lora"
 	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
@@ -117,14 +118,8 @@ func newBatchLane(e *engine) (*batchLane, error) {
 			pool.Free()
 			return nil, err
 		}
-		// the tier's files hold the base model's KV: rows with adapters
-		// neither snapshot nor restore
-		bo.Restore = func(ns string, prompt []int32, caches []kv.Cache, held int) (int, error) {
-			if ns != "" {
-				return held, nil
-			}
-			return ssd.restore(prompt, caches, held)
-		}
+		// a row restores only files of its own namespace (adapter set)
+		bo.Restore = ssd.restore
 	}
 	b, err := generate.NewBatch(cfg.Model, bo)
 	if err != nil {
@@ -321,12 +316,12 @@ func (l *batchLane) add(j *job) {
 	}
 	opts := j.opts
 	opts.Caches, opts.OnPrefillDone, opts.SnapshotAt = nil, nil, 0
-	if t := l.ssd; t != nil && len(j.prompt)-1 >= t.minTokens && len(opts.Adapters) == 0 {
+	if t := l.ssd; t != nil && len(j.prompt)-1 >= t.minTokens && lora.Persistent(opts.CacheNamespace) {
 		// the prompt but its last token, as the next request with this
-		// prefix (or a restarted server) restores it
-		prompt := j.prompt
+		// prefix and adapter set (or a restarted server) restores it
+		prompt, ns := j.prompt, opts.CacheNamespace
 		opts.SnapshotAt = len(prompt) - 1
-		opts.OnPrefillDone = func(caches []kv.Cache, n int) { t.snapshot(prompt[:n], caches) }
+		opts.OnPrefillDone = func(caches []kv.Cache, n int) { t.snapshot(ns, prompt[:n], caches) }
 	}
 	row, err := l.b.Add(j.ctx, j.prompt, &opts)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/kv"
+	"github.com/mlxgo/mlxgo/lora"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -50,9 +51,12 @@ type SSDStats struct {
 // and renames it), found again by their token ids — also by a restarted
 // server — and restored into a row's pool caches (the file is mapped, its
 // arrays checksummed, then copied into the row's blocks). Every file
-// carries the server's cache key (model fingerprint, KV scheme, adapter
-// namespace); a file with another key, or one that fails its checks, is
-// renamed aside (quarantined) with a log line and never served.
+// carries the server's cache key (model fingerprint, KV scheme) and the
+// namespace of the adapters that computed it (nsKey): a row restores only
+// files of its own namespace; a file with another model's key, or one
+// that fails its checks, is renamed aside (quarantined) with a log line
+// and never served. Rows whose namespace does not outlive the process
+// (lora.Persistent) neither write nor restore files.
 type ssdTier struct {
 	dir       string
 	max       int64
@@ -73,20 +77,40 @@ type ssdTier struct {
 // ssdEntry is one file of the tier.
 type ssdEntry struct {
 	name   string
+	key    string // the file's ModelID: nsKey of its namespace
 	tokens []int32
 	bytes  int64
 	used   int64 // LRU clock
 }
 
-// cacheKey is what a tier file must match: the model's fingerprint, the
-// layout of its caches and the adapters (none yet) that computed them.
+// cacheKey is what every tier file starts its key with: the model's
+// fingerprint and the layout of its caches (nsKey adds the adapters).
 func cacheKey(cfg *Config, specs []kv.LayerSpec) string {
 	fp := cfg.ModelFingerprint
 	if fp == "" {
 		fp = fmt.Sprintf("%s/vocab%d", cfg.ModelID, cfg.Model.VocabSize())
 	}
+	// (the base model's files keep the key they had before namespaces)
 	h := sha256.Sum256(fmt.Appendf(nil, "%s|kv:%+v|adapters:none", fp, specs))
 	return "mlxgo-ssd:" + hex.EncodeToString(h[:16])
+}
+
+// nsKey is the key of the files of namespace ns (a generate.Options
+// CacheNamespace: "" for the base model, lora.Host.Key's for adapters).
+func (t *ssdTier) nsKey(ns string) string {
+	if ns == "" {
+		return t.key
+	}
+	h := sha256.Sum256([]byte(ns))
+	return t.key + ssdNSSep + hex.EncodeToString(h[:16])
+}
+
+// ssdNSSep parts a file key's model key from its adapters' namespace.
+const ssdNSSep = "/adapters:"
+
+// ours reports whether a file key is this model's (any namespace).
+func (t *ssdTier) ours(key string) bool {
+	return key == t.key || strings.HasPrefix(key, t.key+ssdNSSep)
 }
 
 // newSSDTier opens (creating) the folder and indexes its files: each
@@ -121,18 +145,18 @@ func newSSDTier(cfg *Config, specs []kv.LayerSpec, log *slog.Logger) (*ssdTier, 
 		}
 		path := filepath.Join(t.dir, name)
 		toks, meta, err := kv.Peek(path)
-		if err == nil && meta.ModelID != t.key {
-			err = fmt.Errorf("made for another model, KV scheme or adapter set (%s)", meta.ModelID)
+		if err == nil && !t.ours(meta.ModelID) {
+			err = fmt.Errorf("made for another model or KV scheme (%s)", meta.ModelID)
 		}
 		if err == nil && cfg.SSDCacheVerify {
-			err = t.verify(path)
+			err = t.verify(path, meta.ModelID)
 		}
 		if err != nil {
 			t.quarantine(name, err)
 			continue
 		}
 		info, _ := de.Info()
-		t.entries[name] = &ssdEntry{name: name, tokens: toks, bytes: info.Size()}
+		t.entries[name] = &ssdEntry{name: name, key: meta.ModelID, tokens: toks, bytes: info.Size()}
 		t.stats.Bytes += info.Size()
 	}
 	t.stats.Entries = len(t.entries)
@@ -141,8 +165,8 @@ func newSSDTier(cfg *Config, specs []kv.LayerSpec, log *slog.Logger) (*ssdTier, 
 }
 
 // verify loads a file in full (every checksum) and frees it.
-func (t *ssdTier) verify(path string) error {
-	s, err := kv.Load(path, kv.Expect{ModelID: t.key, Layers: t.layers, Backend: t.be})
+func (t *ssdTier) verify(path, key string) error {
+	s, err := kv.Load(path, kv.Expect{ModelID: key, Layers: t.layers, Backend: t.be})
 	if err != nil {
 		return err
 	}
@@ -160,11 +184,11 @@ func (t *ssdTier) quarantine(name string, why error) {
 	t.stats.Quarantined++
 }
 
-// fileName is the file a prefix is saved under: a hash of the key and the
-// token ids.
-func (t *ssdTier) fileName(tokens []int32) string {
+// fileName is the file a prefix is saved under: a hash of its key (nsKey)
+// and the token ids.
+func (t *ssdTier) fileName(key string, tokens []int32) string {
 	h := sha256.New()
-	h.Write([]byte(t.key))
+	h.Write([]byte(key))
 	var b [4]byte
 	for _, id := range tokens {
 		binary.LittleEndian.PutUint32(b[:], uint32(id))
@@ -173,16 +197,21 @@ func (t *ssdTier) fileName(tokens []int32) string {
 	return hex.EncodeToString(h.Sum(nil)[:16]) + ssdExt
 }
 
-// restore is the batch's Restore hook: the longest saved prefix of the
-// prompt (leaving its last token to compute) longer than what the caches
-// hold replaces their state. A file that fails its checks is quarantined
-// and the row goes on without it.
-func (t *ssdTier) restore(prompt []int32, caches []kv.Cache, held int) (int, error) {
+// restore is the batch's Restore hook: the longest prefix of the prompt
+// (leaving its last token to compute) saved in the row's namespace ns and
+// longer than what the caches hold replaces their state. A file that
+// fails its checks is quarantined and the row goes on without it. A
+// namespace that is not persistent restores nothing.
+func (t *ssdTier) restore(ns string, prompt []int32, caches []kv.Cache, held int) (int, error) {
+	if !lora.Persistent(ns) {
+		return held, nil
+	}
+	key := t.nsKey(ns)
 	t.mu.Lock()
 	var best *ssdEntry
 	for _, e := range t.entries {
 		n := len(e.tokens)
-		if n > held && n < len(prompt) && (best == nil || n > len(best.tokens)) && slices.Equal(e.tokens, prompt[:n]) {
+		if e.key == key && n > held && n < len(prompt) && (best == nil || n > len(best.tokens)) && slices.Equal(e.tokens, prompt[:n]) {
 			best = e
 		}
 	}
@@ -194,7 +223,7 @@ func (t *ssdTier) restore(prompt []int32, caches []kv.Cache, held int) (int, err
 	t.clock++
 	best.used = t.clock
 	t.mu.Unlock()
-	s, err := kv.Load(filepath.Join(t.dir, best.name), kv.Expect{ModelID: t.key, Layers: t.layers, Backend: t.be})
+	s, err := kv.Load(filepath.Join(t.dir, best.name), kv.Expect{ModelID: key, Layers: t.layers, Backend: t.be})
 	if err == nil && !slices.Equal(s.Tokens, best.tokens) {
 		s.Free()
 		err = fmt.Errorf("%w: the file's token ids changed", kv.ErrCorrupt)
@@ -239,15 +268,16 @@ func (t *ssdTier) drop(e *ssdEntry) {
 	}
 }
 
-// snapshot is a row's OnPrefillDone: the caches hold the prompt but its
-// last token; unless a file already covers those tokens, their state is
-// copied here (on the engine goroutine) and written by a goroutine of its
-// own.
-func (t *ssdTier) snapshot(tokens []int32, caches []kv.Cache) {
-	if len(tokens) < t.minTokens {
+// snapshot is a row's OnPrefillDone (ns its namespace, which must be
+// persistent): the caches hold the prompt but its last token; unless a
+// file of ns already covers those tokens, their state is copied here (on
+// the engine goroutine) and written by a goroutine of its own.
+func (t *ssdTier) snapshot(ns string, tokens []int32, caches []kv.Cache) {
+	if len(tokens) < t.minTokens || !lora.Persistent(ns) {
 		return
 	}
-	name := t.fileName(tokens)
+	key := t.nsKey(ns)
+	name := t.fileName(key, tokens)
 	t.mu.Lock()
 	_, have := t.entries[name]
 	t.mu.Unlock()
@@ -281,7 +311,7 @@ func (t *ssdTier) snapshot(tokens []int32, caches []kv.Cache) {
 		defer t.pending.Done()
 		defer freeCaches(cs)
 		path := filepath.Join(t.dir, name)
-		if err := kv.Save(path, cs, tokens, kv.Meta{ModelID: t.key}); err != nil {
+		if err := kv.Save(path, cs, tokens, kv.Meta{ModelID: key}); err != nil {
 			t.log.Warn("SSD cache: write failed", "err", err.Error())
 			return
 		}
@@ -292,7 +322,7 @@ func (t *ssdTier) snapshot(tokens []int32, caches []kv.Cache) {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		t.clock++
-		t.entries[name] = &ssdEntry{name: name, tokens: tokens, bytes: info.Size(), used: t.clock}
+		t.entries[name] = &ssdEntry{name: name, key: key, tokens: tokens, bytes: info.Size(), used: t.clock}
 		t.stats.Bytes += info.Size()
 		t.stats.Writes++
 		t.evict()

@@ -24,6 +24,11 @@ type moeShape struct {
 	Bits, Group int
 	// DType stores the float tensors (Invalid: float32).
 	DType tensor.DType
+	// Packed (with Bits) writes the expert banks as random codes with
+	// random scales and biases instead of quantizing random floats: as
+	// good for speed and exactness tests, and fast enough for checkpoints
+	// of gigabytes.
+	Packed bool
 }
 
 // writeRandomMoE writes a seeded random Qwen3-MoE checkpoint of shape s
@@ -99,6 +104,11 @@ func writeRandomMoE(t testing.TB, dir string, s moeShape) {
 			name    string
 			out, in int
 		}{{"gate_proj", s.MoEInter, d}, {"up_proj", s.MoEInter, d}, {"down_proj", d, s.MoEInter}} {
+			if s.Bits != 0 && s.Packed {
+				base := p + "mlp.switch_mlp." + proj.name
+				a[base+".weight"], a[base+".scales"], a[base+".biases"] = packedBank(r, s.Experts, proj.out, proj.in, s.Group, s.Bits, dt)
+				continue
+			}
 			if s.Bits != 0 {
 				w := randArr(1/math.Sqrt(float64(proj.in)), s.Experts, proj.out, proj.in)
 				q, sc, b := tensor.Quantize(w, s.Group, s.Bits)
@@ -133,6 +143,25 @@ func writeRandomMoE(t testing.TB, dir string, s moeShape) {
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// packedBank makes a random quantized bank [experts, out, in]: random
+// codes, scales near 1/(levels·√in) and biases centring each group on 0,
+// scales and biases in dt.
+func packedBank(r *rand.Rand, experts, out, in, group, bits int, dt tensor.DType) (w, scales, biases *tensor.Array) {
+	codes := make([]byte, experts*out*in*bits/8)
+	r.Read(codes)
+	groups := experts * out * in / group
+	levels := float64(int(1)<<bits - 1)
+	sv, bv := make([]float32, groups), make([]float32, groups)
+	for i := range sv {
+		sc := (0.8 + 0.4*r.Float64()) * 2 / (levels * math.Sqrt(float64(in)))
+		sv[i], bv[i] = float32(sc), float32(-sc*levels/2)
+	}
+	w = tensor.FromBytes(codes, []int{experts, out, in * bits / 32}, tensor.Uint32)
+	scales = tensor.FromFloat32(sv, []int{experts, out, in / group}, dt)
+	biases = tensor.FromFloat32(bv, []int{experts, out, in / group}, dt)
+	return w, scales, biases
 }
 
 // TestExpertStreamingQuantized holds streamed MLX-quantized (stacked,

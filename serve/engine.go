@@ -305,14 +305,14 @@ func (e *engine) generate(j *job) (res outcome) {
 	opts.KVQuant, opts.QuantizedKVStart = e.cfg.KVQuant, e.cfg.QuantizedKVStart
 	var taken []kv.Cache
 	m := e.cfg.Model
-	pc := e.pc
+	pc, ns := e.pc, ""
 	if len(opts.Adapters) > 0 {
-		// the variant whose every pass applies the job's set; the prompt
-		// cache holds the base model's KV, so it is neither read nor fed
-		m, pc = e.adapters.am.Variant(opts.Adapters), nil
+		// the variant whose every pass applies the job's set; its KV lives
+		// in the prompt cache under the set's namespace
+		m, ns = e.adapters.am.Variant(opts.Adapters), opts.CacheNamespace
 	}
 	if pc != nil {
-		if c, _ := pc.Take(j.prompt); c != nil {
+		if c, _ := pc.TakeIn(ns, j.prompt); c != nil {
 			taken = c
 			opts.Caches = c
 			e.hits.Add(1)
@@ -327,7 +327,7 @@ func (e *engine) generate(j *job) (res outcome) {
 						snap[i] = c.Clone()
 					}
 				}
-				pc.Put(j.prompt[:n], snap)
+				pc.PutIn(ns, j.prompt[:n], snap)
 			}
 		}
 	}
@@ -375,9 +375,9 @@ func (e *engine) generate(j *job) (res outcome) {
 	keep := genErr == nil || errors.Is(genErr, context.Canceled) || errors.Is(genErr, context.DeadlineExceeded)
 	switch {
 	case pc != nil && keep && len(st.CacheTokens) > 0 && taken != nil:
-		pc.Put(st.CacheTokens, s.Caches()) // the loop may have swapped entries in place
+		pc.PutIn(ns, st.CacheTokens, s.Caches()) // the loop may have swapped entries in place
 	case pc != nil && keep && len(st.CacheTokens) > 0:
-		pc.Put(st.CacheTokens, s.TakeCaches())
+		pc.PutIn(ns, st.CacheTokens, s.TakeCaches())
 	case taken != nil:
 		freeCaches(s.Caches())
 	}

@@ -5,7 +5,7 @@ import "unsafe"
 // 4- and 8-bit quantized matmul x·Wᵀ on AVX-512: qmvA's scheme (one
 // kernel for every row count; each block decoded, scaled and dotted with
 // every x row of a pass; one fixed per-row chain) on 16 float32 lanes,
-// blocks of 64 codes and passes of up to 16 rows (qmvZ4, qmvZ8; qmvZ4p,
+// blocks of 64 codes and passes of up to 8 rows (qmvZ4, qmvZ8; qmvZ4p,
 // qmvZ8p for groups of 32, two groups per block). x is used as float32
 // (exactly its bfloat16, float16 or float32 value), so every product is
 // exact inside its FMA, as in qmvA (TestQMVZExact).
@@ -18,8 +18,10 @@ import "unsafe"
 
 //go:generate go run gen_qmvz.go
 
-// qmvzMaxRows is the most x rows one pass carries (accumulators Z8..Z23).
-const qmvzMaxRows = 16
+// qmvzMaxRows is the most x rows one pass carries: the kernels take weight
+// rows two at a time, each x row accumulating into Z8+i for the first and
+// Z16+i for the second.
+const qmvzMaxRows = 8
 
 // qmvzOn lets tests switch the AVX-512 kernels off (to reach qmvT and
 // qmmT4 on machines that have them).

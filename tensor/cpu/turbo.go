@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -28,10 +29,11 @@ const turboRowBlock = 64
 const turboKeySpan = 512
 
 // SDPATurbo implements tensor.TurboAttention: attention over TurboQuant
-// codes read in place. Scores come from the integer key codes (per group:
-// s·Σ q·code + m·Σ q), values are summed in the rotated domain as
-// level·σ and the output is transformed back (signs·H/√d) once per query
-// row. Scores and softmax are float32; a row with every key masked yields
+// codes read in place. Each block of 256 keys is decoded once into
+// float32 panels (keys as code·s + m, values in the rotated domain as
+// level·σ; no copy of the whole cache), scores and the weighted value
+// sums run on the dense matmul micro-kernel, and the output is
+// transformed back (signs·H/√d) once per query row. Scores and softmax are float32; a row with every key masked yields
 // zeros. Work is split over (batch, KV head, query rows) and, when that is
 // too little for every core (decoding), over the key spans (turboKeySpan),
 // whose partial softmaxes are merged as in flash attention — in the same
@@ -203,37 +205,74 @@ func (pt *turboPart) merge(b *turboPart, dv int) {
 	}
 }
 
+// turboScratch is one attend call's panels, pooled across calls.
+type turboScratch struct {
+	qa, kp, vp, sc, pa, at, kc, ks []float32
+	qpos, mrow                     []int
+}
+
+var turboScratchPool sync.Pool
+
+func growF32(b []float32, n int) []float32 {
+	if cap(b) < n {
+		return make([]float32, n)
+	}
+	return b[:n]
+}
+
+// scratch returns pooled panels for nrp (a multiple of 8) query rows.
+func (p *turboPlan) scratch(nrp int) *turboScratch {
+	s, _ := turboScratchPool.Get().(*turboScratch)
+	if s == nil {
+		s = &turboScratch{}
+	}
+	dvp := (p.dv + 31) &^ 31
+	s.qa = growF32(s.qa, nrp*p.dk)
+	s.kp = growF32(s.kp, turboKeyBlock*p.dk)
+	s.vp = growF32(s.vp, turboKeyBlock*dvp)
+	s.sc = growF32(s.sc, nrp*turboKeyBlock)
+	s.pa = growF32(s.pa, nrp*turboKeyBlock)
+	s.at = growF32(s.at, nrp*dvp)
+	s.kc = growF32(s.kc, p.dk)
+	s.ks = growF32(s.ks, 2*(p.dk/p.l.Group))
+	if cap(s.qpos) < nrp {
+		s.qpos, s.mrow = make([]int, nrp), make([]int, nrp)
+	}
+	s.qpos, s.mrow = s.qpos[:nrp], s.mrow[:nrp]
+	return s
+}
+
 // attend scores rows r0..r1 of (batch bi, KV head kvh) against keys j0..j1.
+// Each block of keys is decoded once into float32 panels — keys as
+// code·s + m, values in the rotated domain as level·σ — and both products
+// (queries × keys, probabilities × values) run on the dense matmul
+// micro-kernel, whose every output element is one FMA chain over its
+// inner dimension: a row's result does not depend on the other rows of
+// the panel, and keys past a row's position (or padding) add exact zeros.
 func (p *turboPlan) attend(bi, kvh, r0, r1, j0, j1 int) turboPart {
 	nr, dk, dv, g := r1-r0, p.dk, p.dv, p.l.Group
-	ng := dk / g
+	nrp, dvp := (nr+7)&^7, (dv+31)&^31
 	pt := turboPart{m: make([]float32, nr), l: make([]float32, nr), acc: make([]float32, nr*dv)}
 	for r := range pt.m {
 		pt.m[r] = float32(math.Inf(-1))
 	}
-	// the rows' queries and their per-group sums (the bias term)
-	qs := make([]float32, nr*dk)
-	qsum := make([]float32, nr*ng)
-	qpos := make([]int, nr) // query position in the keys' frame (causal)
-	mrow := make([]int, nr) // offset of the row's mask
+	s := p.scratch(nrp)
+	defer turboScratchPool.Put(s)
+	// queries in 8-row panels: panel r holds, for each t < dk, rows 8r..8r+7
+	qa := s.qa
+	clear(qa)
 	for r := range nr {
 		hqi, li := kvh*p.rep+(r0+r)/p.lq, (r0+r)%p.lq
-		copy(qs[r*dk:(r+1)*dk], p.q[((bi*p.hq+hqi)*p.lq+li)*dk:])
-		for gi := range ng {
-			var s float32
-			for _, a := range qs[r*dk+gi*g : r*dk+(gi+1)*g] {
-				s += a
-			}
-			qsum[r*ng+gi] = s
+		pan := qa[r/8*8*dk+r%8:]
+		for t, x := range p.q[((bi*p.hq+hqi)*p.lq+li)*dk:][:dk] {
+			pan[t*8] = x
 		}
-		qpos[r] = p.tk - p.lq + li
-		mrow[r] = ((bi*p.hq+hqi)*p.lq + li) * p.tk
+		s.qpos[r] = p.tk - p.lq + li // query position in the keys' frame (causal)
+		s.mrow[r] = ((bi*p.hq+hqi)*p.lq + li) * p.tk
 	}
-	kc := make([]float32, dk)
-	ks := make([]float32, 2*ng)
-	vr := make([]float32, dv)
+	at := s.at
+	clear(at)
 	nb := turboKeyBlock
-	sc := make([]float32, nr*nb)
 	kdata, vdata := p.k.buf.data, p.v.buf.data
 	kbase := p.k.off + bi*p.k.strides[0] + kvh*p.k.strides[1]
 	vbase := p.v.off + bi*p.v.strides[0] + kvh*p.v.strides[1]
@@ -242,152 +281,106 @@ func (p *turboPlan) attend(bi, kvh, r0, r1, j0, j1 int) turboPart {
 	for jb, je := j0, j0; jb < j1; jb = je {
 		je = min(jb+nb-(p.start+jb)%nb, j1) // blocks end at positions that are multiples of nb
 		n := je - jb
-		for j := jb; j < je; j++ {
-			row := kdata[kbase+j*p.k.strides[2]:][:kb]
-			turboKeyCodes(kc, ks, row, p.l.KeyBits, g)
-			r := 0
-			for ; r+4 <= nr; r += 4 { // four rows share each key load
-				var s0, s1, s2, s3 float32
-				for gi := range ng {
-					kg := kc[gi*g : (gi+1)*g]
-					o := gi * g
-					d0, d1, d2, d3 := turboDot4(qs[r*dk+o:][:g], qs[(r+1)*dk+o:][:g], qs[(r+2)*dk+o:][:g], qs[(r+3)*dk+o:][:g], kg)
-					sg, mg := ks[2*gi], ks[2*gi+1]
-					s0 += sg*d0 + mg*qsum[r*ng+gi]
-					s1 += sg*d1 + mg*qsum[(r+1)*ng+gi]
-					s2 += sg*d2 + mg*qsum[(r+2)*ng+gi]
-					s3 += sg*d3 + mg*qsum[(r+3)*ng+gi]
+		nkp := (n + 31) &^ 31
+		// keys as 32-column panels of Kᵀ, values as 32-column panels of V
+		kp, vp := s.kp[:nkp*dk], s.vp[:nkp*dvp]
+		if n < nkp {
+			clear(kp)
+			clear(vp)
+		}
+		for j := range n {
+			krow := kdata[kbase+(jb+j)*p.k.strides[2]:][:kb]
+			pan := kp[j/32*32*dk+j%32:]
+			if p.l.KeyBits == 8 { // the default scheme's keys: codes are the bytes
+				meta := krow[dk:]
+				for gi := range dk / g {
+					sg := tensor.F16ToF32(uint16(meta[4*gi]) | uint16(meta[4*gi+1])<<8)
+					mg := tensor.F16ToF32(uint16(meta[4*gi+2]) | uint16(meta[4*gi+3])<<8)
+					codes, out := krow[gi*g:(gi+1)*g], pan[gi*g*32:]
+					for t, c := range codes {
+						out[t*32] = float32(int8(c))*sg + mg
+					}
 				}
-				sc[r*nb+j-jb], sc[(r+1)*nb+j-jb], sc[(r+2)*nb+j-jb], sc[(r+3)*nb+j-jb] = s0, s1, s2, s3
-			}
-			for ; r < nr; r++ {
-				var s float32
-				qr := qs[r*dk : (r+1)*dk]
-				for gi := range ng {
-					s += ks[2*gi]*turboDot(qr[gi*g:(gi+1)*g], kc[gi*g:(gi+1)*g]) + ks[2*gi+1]*qsum[r*ng+gi]
-				}
-				sc[r*nb+j-jb] = s
-			}
-			if !p.causal && p.mask == nil {
-				continue
-			}
-			for r := range nr {
-				switch {
-				case p.causal && j > qpos[r]:
-					sc[r*nb+j-jb] = neg
-				case p.mask != nil:
-					mv := p.mask[mrow[r]+j]
-					if p.boolMask {
-						if mv == 0 {
-							sc[r*nb+j-jb] = neg
-						}
-					} else {
-						sc[r*nb+j-jb] += mv
+			} else {
+				turboKeyCodes(s.kc, s.ks, krow, p.l.KeyBits, g)
+				for gi := range dk / g {
+					sg, mg := s.ks[2*gi], s.ks[2*gi+1]
+					for t := gi * g; t < (gi+1)*g; t++ {
+						pan[t*32] = s.kc[t]*sg + mg
 					}
 				}
 			}
+			// group gi of the value (32 wide, as a panel) is panel gi's row j
+			turboValueRow(vp[j*32:], nkp*32, vdata[vbase+(jb+j)*p.v.strides[2]:][:vb], dv, p.l.ValueBits, g, p.l.Levels)
 		}
-		// fold the block into each row's running softmax
+		sc := s.sc[:nrp*nkp]
+		clear(sc)
+		for r := 0; r < nrp; r += 8 {
+			for c := 0; c < nkp; c += 32 {
+				microKernel(dk, qa[r*dk:], kp[c*dk:], sc[r*nkp+c:], nkp)
+			}
+		}
+		pa := s.pa[:nrp*nkp]
+		clear(pa)
 		for r := range nr {
-			srow := sc[r*nb : r*nb+n]
+			srow := sc[r*nkp : r*nkp+n]
+			if p.causal || p.mask != nil {
+				for j := range srow {
+					switch {
+					case p.causal && jb+j > s.qpos[r]:
+						srow[j] = neg
+					case p.mask != nil:
+						mv := p.mask[s.mrow[r]+jb+j]
+						if p.boolMask {
+							if mv == 0 {
+								srow[j] = neg
+							}
+						} else {
+							srow[j] += mv
+						}
+					}
+				}
+			}
 			bmax := neg
-			for _, s := range srow {
-				bmax = max(bmax, s)
+			for _, x := range srow {
+				bmax = max(bmax, x)
 			}
 			if math.IsInf(float64(bmax), -1) {
-				for i := range srow {
-					srow[i] = 0
-				}
 				continue
 			}
+			arow := at[r*dvp : r*dvp+dv]
 			if bmax > pt.m[r] {
 				if !math.IsInf(float64(pt.m[r]), -1) {
 					c := float32(math.Exp(float64(pt.m[r] - bmax)))
 					pt.l[r] *= c
-					for i := range pt.acc[r*dv : (r+1)*dv] {
-						pt.acc[r*dv+i] *= c
+					for i := range arow {
+						arow[i] *= c
 					}
 				}
 				pt.m[r] = bmax
 			}
 			var sum float32
-			for i, s := range srow {
-				e := float32(0)
-				if !math.IsInf(float64(s), -1) {
-					e = float32(math.Exp(float64(s - pt.m[r])))
+			pan := pa[r/8*8*nkp+r%8:]
+			for j, x := range srow {
+				if math.IsInf(float64(x), -1) {
+					continue
 				}
-				srow[i] = e
+				e := float32(math.Exp(float64(x - pt.m[r])))
+				pan[j*8] = e
 				sum += e
 			}
 			pt.l[r] += sum
 		}
-		for j := jb; j < je; j++ {
-			row := vdata[vbase+j*p.v.strides[2]:][:vb]
-			turboValueRow(vr, row, p.l.ValueBits, g, p.l.Levels)
-			r := 0
-			for ; r+4 <= nr; r += 4 {
-				turboAxpy4(sc[r*nb+j-jb], sc[(r+1)*nb+j-jb], sc[(r+2)*nb+j-jb], sc[(r+3)*nb+j-jb], vr,
-					pt.acc[r*dv:(r+1)*dv], pt.acc[(r+1)*dv:(r+2)*dv], pt.acc[(r+2)*dv:(r+3)*dv], pt.acc[(r+3)*dv:(r+4)*dv])
-			}
-			for ; r < nr; r++ {
-				if w := sc[r*nb+j-jb]; w != 0 {
-					turboAxpy(w, vr, pt.acc[r*dv:(r+1)*dv])
-				}
+		for r := 0; r < nrp; r += 8 {
+			for c := 0; c < dvp; c += 32 {
+				microKernel(nkp, pa[r*nkp:], vp[c*nkp:], at[r*dvp+c:], dvp)
 			}
 		}
 	}
+	for r := range nr {
+		copy(pt.acc[r*dv:(r+1)*dv], at[r*dvp:r*dvp+dv])
+	}
 	return pt
-}
-
-// turboAxpy adds a·x to y.
-func turboAxpy(a float32, x, y []float32) {
-	x = x[:len(y)]
-	i := 0
-	for ; i+4 <= len(y); i += 4 {
-		y[i] += a * x[i]
-		y[i+1] += a * x[i+1]
-		y[i+2] += a * x[i+2]
-		y[i+3] += a * x[i+3]
-	}
-	for ; i < len(y); i++ {
-		y[i] += a * x[i]
-	}
-}
-
-// turboDot4 is the dot products of four rows with k.
-func turboDot4(a0, a1, a2, a3, k []float32) (s0, s1, s2, s3 float32) {
-	n := len(k)
-	a0, a1, a2, a3 = a0[:n], a1[:n], a2[:n], a3[:n]
-	for i, x := range k {
-		s0 += a0[i] * x
-		s1 += a1[i] * x
-		s2 += a2[i] * x
-		s3 += a3[i] * x
-	}
-	return
-}
-
-// turboAxpy4 adds w0·x … w3·x to four rows.
-func turboAxpy4(w0, w1, w2, w3 float32, x, y0, y1, y2, y3 []float32) {
-	n := len(x)
-	y0, y1, y2, y3 = y0[:n], y1[:n], y2[:n], y3[:n]
-	for i, v := range x {
-		y0[i] += w0 * v
-		y1[i] += w1 * v
-		y2[i] += w2 * v
-		y3[i] += w3 * v
-	}
-}
-
-// turboDot is Σ a·b, summed in turboDot4's order: a row scored alone
-// gets the bits it gets scored in a group of four.
-func turboDot(a, b []float32) float32 {
-	var s float32
-	b = b[:len(a)]
-	for i, x := range b {
-		s += a[i] * x
-	}
-	return s
 }
 
 // turboUnpack8 reads the 8 b-bit codes held in the b bytes at src.
@@ -437,16 +430,16 @@ func turboKeyCodes(kc, ks []float32, row []byte, bits, g int) {
 	}
 }
 
-// turboValueRow decodes a value row in the rotated domain: level·σ, by a
-// per-group table of the scaled levels for widths under 5 bits.
-func turboValueRow(vr []float32, row []byte, bits, g int, levels []float32) {
-	d := len(vr)
+// turboValueRow decodes a value row of d values in the rotated domain:
+// level·σ, by a per-group table of the scaled levels for widths under 5
+// bits. Group gi goes to dst[gi·stride:][:g].
+func turboValueRow(dst []float32, stride int, row []byte, d, bits, g int, levels []float32) {
 	meta := row[d*bits/8:]
-	var tab [256]float32
+	var tab [16]float32 // the scaled levels of widths under 5 bits
 	var c [8]uint8
 	for gi := range d / g {
 		sigma := tensor.F16ToF32(uint16(meta[2*gi]) | uint16(meta[2*gi+1])<<8)
-		out := vr[gi*g : (gi+1)*g]
+		out := dst[gi*stride:][:g]
 		src := row[gi*g*bits/8:]
 		switch bits {
 		case 3:

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"math/bits"
 	"sync"
 	"sync/atomic"
 )
@@ -112,6 +113,22 @@ func (s *scratchPool[T]) get(n int) *[]T {
 
 // put returns a buffer from get for reuse.
 func (s *scratchPool[T]) put(b *[]T) { s.p.Put(b) }
+
+// sizedScratch is a scratchPool of float32 per power-of-two size class, for
+// callers whose buffer sizes vary from call to call (one pool would hand
+// out and drop too-small buffers).
+type sizedScratch struct{ c [48]scratchPool[float32] }
+
+// get returns a buffer of n float32 (stale contents); give it back with put.
+func (s *sizedScratch) get(n int) *[]float32 {
+	c := bits.Len(uint(n))
+	b := s.c[c].get(1 << c)
+	*b = (*b)[:n]
+	return b
+}
+
+// put returns a buffer from get for reuse.
+func (s *sizedScratch) put(b *[]float32) { s.c[bits.Len(uint(cap(*b)))-1].put(b) }
 
 // ClearCache returns every pooled buffer to the operating system (or the
 // Go heap). Generation calls it between prefill chunks through

@@ -194,15 +194,25 @@ func (be *Backend) indexValues(idx *tensor.Array, shape []int) []int64 {
 
 // qmmRun computes one product of rows x rows (dense, dtype dt) into dst
 // (dense, dtype dt).
+// qmmStage recycles qmmRun's float32 staging (x widened, the output
+// before narrowing): a decode step makes several hundred such calls, and
+// fresh zeroed slices of up to rows × vocabulary floats were a visible
+// share of a batched step.
+var qmmStage sizedScratch
+
 func qmmRun(dst, xb []byte, dt tensor.DType, rows int, w qmat, transpose bool) {
 	inner, outer := w.dims(transpose)
-	x := make([]float32, rows*inner)
+	xp := qmmStage.get(rows * inner)
+	defer qmmStage.put(xp)
+	x := *xp
 	toF32(x, xb, dt)
 	var out []float32
 	if dt == tensor.Float32 {
 		out = f32s(dst)[:rows*outer]
 	} else {
-		out = make([]float32, rows*outer)
+		op := qmmStage.get(rows * outer)
+		defer qmmStage.put(op)
+		out = *op
 	}
 	// each path computes a row the same way whatever rows it is given with
 	// (the kernel is chosen by the weight and dtype, never by the row count)
@@ -218,6 +228,7 @@ func qmmRun(dst, xb []byte, dt tensor.DType, rows int, w qmat, transpose bool) {
 	case transpose && qmvaUsable(w) && (w.bits == 8 || !hasAVX512):
 		qmvA(out, x, rows, w)
 	case transpose:
+		clear(out) // the staging buffer is stale; the paths above write every output
 		qmmT(out, x, rows, w)
 	case qmmNUsable(w):
 		clear(out)

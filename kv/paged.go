@@ -163,8 +163,9 @@ func gatherSlots(lp *layerPool, i int, table []int32, spans []span) *tensor.Arra
 // layers gather their packed parts into contiguous arrays and run
 // quantizedAttention on them: correct and bit-identical to the contiguous
 // quantized cache, but a copy of the context per call until a block-table
-// quantized kernel exists. A new codec (TurboQuant) adds its parts in
-// codec.encode and its attention here.
+// quantized kernel exists. TurboQuant layers gather their codes and run
+// turboAttention on them (pagedTurboAttention), bit-identical to the
+// contiguous TurboQuant cache.
 func pagedAttention(q *tensor.Array, p *PagedKV, o tensor.SDPAOptions) *tensor.Array {
 	if p.lp.turbo() {
 		return pagedTurboAttention(q, p, o)

@@ -108,14 +108,15 @@ type Plan struct {
 	// DecodeSeconds is the predicted step (PlanOptions.Predict), by term:
 	// "weights" (dense kernels at their measured seconds per call),
 	// "experts" (routed gathers), "routing" (the MoE blocks' work around
-	// their matrices), "ops" (LayerOps element-wise ops per layer), "kv"
+	// their matrices), "ops" (LayerOps + NormOps per norm element-wise ops per layer), "kv"
 	// (the caches at Context read at the probe's bandwidth).
 	DecodeSeconds map[string]float64 `json:"predicted_step_seconds,omitempty"`
 	// Shrink names the term to shrink first when the plan does not fit.
 	Shrink string `json:"shrink,omitempty"`
 
-	moeLayers int // streamed MoE layers (three banks each)
-	layers    int // decoder layers
+	moeLayers int     // streamed MoE layers (three banks each)
+	layers    int     // decoder layers
+	norms     float64 // norm weights per layer
 	probe     *DecodeProbe
 }
 
@@ -136,8 +137,9 @@ func (p *Plan) kernelBytes() (dense, experts int64) {
 // predict fills DecodeSeconds and PredictedDecodeTPS from the probe: each
 // kernel's calls at its measured seconds (a batch's rows share a dense
 // call; routed gathers grow with the batch's distinct routes, at most
-// all experts), LayerOps ops per layer and the probed routing per MoE
-// layer per row, the caches at the probe's read bandwidth.
+// all experts), LayerOps ops and NormOps per norm per layer and the
+// probed routing per MoE layer per row, the caches at the probe's read
+// bandwidth.
 func (p *Plan) predict() {
 	pr := p.probe
 	t := map[string]float64{}
@@ -150,7 +152,7 @@ func (p *Plan) predict() {
 			t["weights"] += s
 		}
 	}
-	t["ops"] = float64(p.layers*LayerOps) * pr.OpSeconds * b
+	t["ops"] = float64(p.layers) * (LayerOps + NormOps*p.norms) * pr.OpSeconds * b
 	if pr.RouteSeconds > 0 {
 		t["routing"] = p.routedLayers() * pr.RouteSeconds * b
 	}
@@ -268,6 +270,7 @@ func PlanMemory(dir string, opts PlanOptions) (*Plan, error) {
 	}
 	p.Kernels = decodeKernels(set, cfg.Raw, tiedHead)
 	p.layers = info.Layers
+	p.norms = normsPerLayer(set, info.Layers)
 	if opts.Predict {
 		pbe := opts.Backend
 		if pbe == nil {

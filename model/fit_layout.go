@@ -77,6 +77,13 @@ func kvLayout(a Architecture) ([]LayerKV, error) {
 			out[i] = kvFor(b.Attn.kvHeads, b.Attn.headDim, 0)
 		}
 		return out, nil
+	case *Gemma4Assistant:
+		// the drafter attends over its target's caches and keeps none
+		out := make([]LayerKV, len(m.Blocks))
+		for i := range out {
+			out[i] = LayerKV{Kind: KVShared}
+		}
+		return out, nil
 	case *MLA:
 		out := make([]LayerKV, len(m.Blocks))
 		for i, b := range m.Blocks {

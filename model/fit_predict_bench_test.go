@@ -176,8 +176,8 @@ func BenchmarkFitPrediction(b *testing.B) {
 			}
 			mean := b.Elapsed().Seconds() / float64(b.N)
 			b.StopTimer()
-			// the median token, as the probe takes the median call: a
-			// shared machine's preemptions count in neither
+			// the median token, as the probe takes the median call (a
+			// shared machine's preemptions count in neither); the mean too
 			sort.Float64s(per)
 			el := per[len(per)/2]
 			b.ReportMetric(1/el, "tok/s")

@@ -217,13 +217,33 @@ type DecodeProbe struct {
 }
 
 // LayerOps is the element-wise operations a decoder layer runs besides
-// its projections, in the units of DecodeProbe.OpSeconds: two norms
-// (about four ops each), the rotary embedding of queries and keys (about
-// six each), attention over a short context (about eight), the
-// activation and gate product (two) and two residual adds — an estimate
-// from the Llama block's code, which the benchmark holds the prediction
-// against (BENCHMARKS.md).
-const LayerOps = 32
+// its projections and norms, in the units of DecodeProbe.OpSeconds: the
+// rotary embedding of queries and keys (about six each), attention over
+// a short context (about eight), the activation and gate product and two
+// residual adds (four). Each norm of the layer adds NormOps. Counted from
+// the Llama block's code; BENCHMARKS.md holds the prediction to decode.
+const (
+	LayerOps = 24
+	NormOps  = 4
+)
+
+// normsPerLayer is the checkpoint's norm weights per decoder layer (the
+// 1-D "norm" tensors under a layer), on average.
+func normsPerLayer(set *safetensors.Set, layers int) float64 {
+	if layers <= 0 {
+		return 0
+	}
+	n := 0
+	for _, name := range set.Names() {
+		if !strings.Contains(name, ".layers.") || !strings.Contains(name, "norm") || offDecodePath(name) {
+			continue
+		}
+		if info, err := set.Info(name); err == nil && len(info.Shape) == 1 {
+			n++
+		}
+	}
+	return float64(n) / float64(layers)
+}
 
 // probeSet caps the bytes the probe allocates for one kernel (its copies
 // cycled so that a model larger than the caches is read from memory as

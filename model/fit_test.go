@@ -71,6 +71,14 @@ func TestPlanMatchesCaches(t *testing.T) {
 			if p.ExpertBytes != experts {
 				t.Errorf("expert_bytes %d, the expert tensors hold %d", p.ExpertBytes, experts)
 			}
+			if _, shared := p.KVByKind[model.KVShared]; shared && len(p.KVByKind) == 1 {
+				// a drafter (Gemma 4 assistant) reads its target's caches
+				// and cannot run alone
+				if p.KVBytes != 0 {
+					t.Errorf("a drafter's plan holds %d KV bytes", p.KVBytes)
+				}
+				t.Skip("every layer reads another model's cache: nothing to hold")
+			}
 			m, err := model.Load(dir, nil)
 			if err != nil {
 				t.Fatal(err)

@@ -316,7 +316,8 @@ func (s *Stream) runSpec(yield func(Token, error) bool) error {
 			r.snap.take(s.caches, len(feed))
 		}
 		t1 := time.Now()
-		rows, err := s.verifyLogits(feed, len(drafts)+1)
+		obs, _ := d.(TargetObserver)
+		rows, hidden, err := s.verifyLogits(feed, len(drafts)+1, obs != nil)
 		if err != nil {
 			return err
 		}
@@ -327,6 +328,7 @@ func (s *Stream) runSpec(yield func(Token, error) bool) error {
 		toks, accepted, stop, err := q.acceptWalk(s.runner, r, rows, dr)
 		rows.Free()
 		if err != nil {
+			tensor.Free(hidden)
 			return err
 		}
 		q.noteRead(time.Now())
@@ -345,10 +347,18 @@ func (s *Stream) runSpec(yield func(Token, error) bool) error {
 		drop := len(drafts) - accepted
 		replay, err := r.snap.rewind(s.caches, len(feed), drop)
 		if err != nil {
+			tensor.Free(hidden)
 			return err
 		}
 		if replay >= 0 {
 			r.st.Restores++
+		}
+		if obs != nil {
+			err := s.onBackend(func() error { return obs.Observe(hidden, len(feed)-1-drop, s.caches, replay >= 0) })
+			tensor.Free(hidden)
+			if err != nil {
+				return fmt.Errorf("generate: draft source: %w", err)
+			}
 		}
 		q.cacheToks = q.cacheToks[:len(q.cacheToks)-drop]
 		if replay >= 0 { // restored: the kept tokens are fed again
@@ -388,14 +398,21 @@ func (s *Stream) runSpec(yield func(Token, error) bool) error {
 
 // verifyLogits runs feed through the target and returns the logits of its
 // last n positions, [n, V] in the model's dtype, evaluated (the caller
-// frees them).
-func (s *Stream) verifyLogits(feed []int32, n int) (rows *tensor.Array, err error) {
+// frees them), and with keep the final hidden states of every fed
+// position ([1, len(feed), D], evaluated, the caller's too).
+func (s *Stream) verifyLogits(feed []int32, n int, keep bool) (rows, hidden *tensor.Array, err error) {
 	err = s.onBackend(func() error {
 		sc := tensor.NewScope()
 		defer sc.Close()
 		h, err := s.m.Forward(s.hostIDs(feed), s.caches)
 		if err != nil {
 			return err
+		}
+		if keep {
+			hidden = h
+			tensor.Eval(hidden)
+			sc.Keep(hidden)
+			tensor.Detach(hidden)
 		}
 		if t := h.Dim(1); t > n {
 			h = tensor.SliceAxis(h, 1, t-n, t)
@@ -410,7 +427,11 @@ func (s *Stream) verifyLogits(feed []int32, n int) (rows *tensor.Array, err erro
 		tensor.Detach(rows)
 		return nil
 	})
-	return rows, err
+	if err != nil && hidden != nil {
+		hidden.Free()
+		hidden = nil
+	}
+	return rows, hidden, err
 }
 
 // acceptWalk goes over the verified positions in order: at each the

@@ -1,0 +1,139 @@
+package generate
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/mlxgo/mlxgo/kv"
+	"github.com/mlxgo/mlxgo/model"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// TargetObserver is a Drafter that drafts from the target's own state (a
+// Gemma 4 assistant, an MTP head): after every round's rollback a lone
+// Stream gives it the round's final hidden states and the caches. A
+// Batch gives it none, so there it drafts nothing (its rows decode
+// plainly).
+type TargetObserver interface {
+	Drafter
+	// Observe is given the round's final hidden states ([1, T, D], one per
+	// fed position, evaluated; the caller frees them after the call),
+	// the index of the last kept position (whose output is the round's
+	// last emitted token), and the target's caches, which then hold the
+	// tokens up to that position — unless restored is set (a snapshot
+	// was restored and the kept tokens will be fed again), when they hold
+	// fewer. It runs inside the backend's StepRunner.
+	Observe(hidden *tensor.Array, last int, caches []kv.Cache, restored bool) error
+}
+
+// AssistantDrafter drafts with a Gemma 4 assistant (model.Gemma4Assistant)
+// over its Gemma 4 target's state, as transformers'
+// SinglePositionMultiTokenCandidateGenerator does: the first step reads
+// the target's embedding of the last token beside the target's final
+// hidden state at the position before it, each later step the drafted
+// token's embedding beside the drafter's projected hidden state, all at
+// the last token's position, over the target's last sliding and full
+// layers' keys and values. Each draft is the drafter's most likely token
+// (a point mass for speculative sampling). It drafts nothing in a round
+// the target's state does not describe: the first (prefill leaves no
+// hidden state) and one after a snapshot restore.
+type AssistantDrafter struct {
+	a      *model.Gemma4Assistant
+	t      *model.Gemma4
+	be     tensor.Backend
+	runner StepRunner
+	h      *tensor.Array // [1, 1, D]: the target's hidden state at the last kept position
+	caches []kv.Cache
+	calls  int
+}
+
+// NewAssistantDrafter makes a drafter for target t with assistant a, for
+// a generation described by info; a must have been trained for a target
+// of t's hidden size and vocabulary.
+func NewAssistantDrafter(a *model.Gemma4Assistant, t *model.Gemma4, info DraftInfo) (*AssistantDrafter, error) {
+	if a == nil || t == nil {
+		return nil, errors.New("generate: the assistant drafter needs an assistant and a Gemma 4 target")
+	}
+	ai, ti := a.Info(), t.Info()
+	if a.Backbone() != ti.Hidden {
+		return nil, fmt.Errorf("generate: the assistant was trained for a target of hidden size %d; this target's is %d", a.Backbone(), ti.Hidden)
+	}
+	if ai.Vocab != ti.Vocab || (info.Vocab != 0 && info.Vocab != ai.Vocab) {
+		return nil, fmt.Errorf("generate: the assistant's vocabulary (%d tokens) differs from the target's (%d tokens)", ai.Vocab, ti.Vocab)
+	}
+	be := info.Backend
+	if be == nil {
+		if err := tensor.Try(func() { be = tensor.Default() }); err != nil {
+			return nil, err
+		}
+	}
+	d := &AssistantDrafter{a: a, t: t, be: be}
+	d.runner, _ = be.(StepRunner)
+	return d, nil
+}
+
+// Observe implements TargetObserver.
+func (d *AssistantDrafter) Observe(hidden *tensor.Array, last int, caches []kv.Cache, restored bool) error {
+	tensor.Free(d.h)
+	d.h, d.caches = nil, nil
+	if restored {
+		return nil
+	}
+	return tensor.Try(func() {
+		h := tensor.SliceAxis(hidden, 1, last, last+1)
+		tensor.Eval(h)
+		tensor.Detach(h)
+		d.h, d.caches = h, caches
+	})
+}
+
+// Draft implements Drafter: up to n tokens to follow tokens, none when
+// the target's state is not the one tokens end in.
+func (d *AssistantDrafter) Draft(tokens []int32, n int, _ *SpecRand) (Draft, error) {
+	if d.h == nil || n <= 0 || len(tokens) == 0 {
+		return Draft{}, nil
+	}
+	pos := len(tokens) - 1 // the last token's: it is not in the caches yet
+	for _, c := range d.caches {
+		if c != nil && c.Offset() != pos {
+			return Draft{}, nil
+		}
+	}
+	var out Draft
+	err := onRunner(d.runner, func() error {
+		return tensor.Try(func() {
+			sc := tensor.NewScope()
+			defer sc.Close()
+			shared, err := d.t.AssistantKV(d.caches, d.a.SlidingWindow())
+			if err != nil {
+				panic(err)
+			}
+			defer shared.Free()
+			tok, h := tokens[pos], d.h
+			for range n {
+				e, err := d.t.EmbedTokens(tensor.FromInt32On(d.be, []int32{tok}, []int{1, 1}))
+				if err != nil {
+					panic(err)
+				}
+				proj, logits := d.a.Step(tensor.Concatenate([]*tensor.Array{e, tensor.AsType(h, e.DType())}, 2), shared, pos)
+				d.calls++
+				tok = int32(tensor.Argmax(tensor.Reshape(logits, logits.Size()), 0, false).ItemInt())
+				out.Tokens = append(out.Tokens, tok)
+				h = proj
+			}
+		})
+	})
+	if err != nil {
+		return Draft{}, err
+	}
+	return out, nil
+}
+
+// forwards is the number of drafter steps so far (SpecStats.DraftCalls).
+func (d *AssistantDrafter) forwards() int { return d.calls }
+
+// Close frees what the drafter holds.
+func (d *AssistantDrafter) Close() {
+	tensor.Free(d.h)
+	d.h, d.caches = nil, nil
+}

@@ -301,6 +301,17 @@ func (p *turboPlan) attend(bi, kvh, r0, r1, j0, j1 int) turboPart {
 						out[t*32] = float32(int8(c))*sg + mg
 					}
 				}
+			} else if p.l.KeyBits == 4 { // two unsigned codes a byte, low nibble first
+				meta := krow[dk/2:]
+				for gi := range dk / g {
+					sg := tensor.F16ToF32(uint16(meta[4*gi]) | uint16(meta[4*gi+1])<<8)
+					mg := tensor.F16ToF32(uint16(meta[4*gi+2]) | uint16(meta[4*gi+3])<<8)
+					codes, out := krow[gi*g/2:(gi+1)*g/2], pan[gi*g*32:]
+					for t, c := range codes {
+						out[2*t*32] = float32(c&15)*sg + mg
+						out[(2*t+1)*32] = float32(c>>4)*sg + mg
+					}
+				}
 			} else {
 				turboKeyCodes(s.kc, s.ks, krow, p.l.KeyBits, g)
 				for gi := range dk / g {

@@ -235,9 +235,9 @@ func (c *chatSession) turn(msg string) error {
 		return fmt.Errorf("chat template: %w", err)
 	}
 	ids := encodePrompt(c.tok, text, false)
-	gm := c.m
+	gm, chunk := c.m, c.opts.PrefillChunkSize
 	if c.media != nil {
-		fwd, mids, done, err := mergeMedia(c.media.be, c.base, c.media.tokens, c.media.media, ids, false)
+		fwd, mids, done, err := mergeMedia(c.media.be, c.base, c.media.tokens, c.media.media, ids, false, &chunk)
 		if err != nil {
 			c.history = c.history[:len(c.history)-1]
 			return err
@@ -247,7 +247,7 @@ func (c *chatSession) turn(msg string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	reply, out, st, err := c.generate(ctx, gm, ids)
+	reply, out, st, err := c.generate(ctx, gm, ids, chunk)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		c.history = c.history[:len(c.history)-1]
 		return err
@@ -266,8 +266,9 @@ func (c *chatSession) turn(msg string) error {
 
 // generate runs ids through the model, reusing the prompt cache's longest
 // matching prefix, and puts the caches back afterwards.
-func (c *chatSession) generate(ctx context.Context, gm generate.Model, ids []int32) (string, []int32, generate.Stats, error) {
+func (c *chatSession) generate(ctx context.Context, gm generate.Model, ids []int32, chunk int) (string, []int32, generate.Stats, error) {
 	opts := c.opts
+	opts.PrefillChunkSize = chunk
 	caches, _ := c.pc.Take(ids)
 	opts.Caches = caches
 	s, err := generate.Generate(ctx, gm, ids, &opts)

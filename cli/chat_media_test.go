@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -100,5 +101,69 @@ func TestChatMediaErrors(t *testing.T) {
 		} else {
 			t.Logf("%s: exit %d: %s", name, code, stderr)
 		}
+	}
+}
+
+// TestGenerateBidirectionalImages runs `mlxgo generate` with two images on
+// the fixture patched to use_bidirectional_attention "vision", prefill
+// chunks of 7 asked for (which would cut the images' blocks; the CLI
+// widens the chunk): the greedy continuation must be HF's
+// (golden_masks.json, made by tools/oracle/models_gemma4_mm_masks.py).
+func TestGenerateBidirectionalImages(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(mmFixture, "golden_masks.json"))
+	if err != nil {
+		t.Skipf("no mask goldens: %v", err)
+	}
+	var g struct {
+		Bidi map[string]struct {
+			IDs    []int    `json:"ids"`
+			Images []string `json:"images"`
+			Greedy []int    `json:"greedy"`
+		} `json:"bidi"`
+	}
+	if err := json.Unmarshal(raw, &g); err != nil {
+		t.Fatal(err)
+	}
+	pr := g.Bidi["two"]
+	dir := t.TempDir()
+	for _, f := range []string{"model.safetensors", "processor_config.json"} {
+		b, err := os.ReadFile(filepath.Join(mmFixture, "f32", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(mmFixture, "f32", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["text_config"].(map[string]any)["use_bidirectional_attention"] = "vision"
+	b, _ = json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"generate", "--model", dir, "--backend", "cpu", "--prompt-ids", idList(pr.IDs),
+		"--max-tokens", strconv.Itoa(len(pr.Greedy)), "--json", "--ignore-eos", "--prefill-chunk-size", "7"}
+	for _, k := range pr.Images {
+		args = append(args, "--image", filepath.Join(mmFixture, "media", k+".png"))
+	}
+	code, out, errs := run(t, args...)
+	if code != 0 {
+		t.Fatalf("code %d: %s", code, errs)
+	}
+	var res struct {
+		IDs []int `json:"ids"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if !slices.Equal(res.IDs, pr.Greedy) {
+		t.Fatalf("greedy %v, HF %v", res.IDs, pr.Greedy)
 	}
 }

@@ -192,7 +192,7 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		if sp != nil {
 			return fmt.Errorf("%w: --image/--audio do not combine with speculative decoding", errUsage)
 		}
-		wm, mids, done, err := withMedia(f.dir, be, m, ids, f.media, f.promptIDs != "")
+		wm, mids, done, err := withMedia(f.dir, be, m, ids, f.media, f.promptIDs != "", &opts.PrefillChunkSize)
 		if err != nil {
 			return err
 		}

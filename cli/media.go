@@ -122,8 +122,10 @@ func freeMedia(media []*model.Medium) {
 // mergeMedia returns m with the encoded media's embeddings merged at the
 // prompt's placeholder rows, and the prompt ids: expanded from single
 // placeholders, or, when asIs (--prompt-ids), used as they are (they must
-// hold each medium's run). done frees what it made (not the media).
-func mergeMedia(be tensor.Backend, m model.Model, tokens model.Gemma4Tokens, encoded []*model.Medium, ids []int32, asIs bool) (model.Model, []int32, func(), error) {
+// hold each medium's run). chunk, when set, becomes a prefill chunk size
+// that keeps each bidirectional image block in one pass. done frees what
+// it made (not the media).
+func mergeMedia(be tensor.Backend, m model.Model, tokens model.Gemma4Tokens, encoded []*model.Medium, ids []int32, asIs bool, chunk *int) (model.Model, []int32, func(), error) {
 	var spans []model.MediaSpan
 	var err error
 	if asIs {
@@ -139,17 +141,20 @@ func mergeMedia(be tensor.Backend, m model.Model, tokens model.Gemma4Tokens, enc
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if chunk != nil {
+		*chunk = pm.PrefillChunk(*chunk)
+	}
 	return pm.Wrap(m), ids, pm.Free, nil
 }
 
 // withMedia encodes the media and merges them into the prompt (see
 // mergeMedia). done frees what it made.
-func withMedia(dir string, be tensor.Backend, m model.Model, ids []int32, media []mediaArg, asIs bool) (model.Model, []int32, func(), error) {
+func withMedia(dir string, be tensor.Backend, m model.Model, ids []int32, media []mediaArg, asIs bool, chunk *int) (model.Model, []int32, func(), error) {
 	encoded, tokens, err := encodeMedia(dir, be, media)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	wm, ids, done, err := mergeMedia(be, m, tokens, encoded, ids, asIs)
+	wm, ids, done, err := mergeMedia(be, m, tokens, encoded, ids, asIs, chunk)
 	freeMedia(encoded)
 	return wm, ids, done, err
 }

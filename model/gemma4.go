@@ -232,7 +232,11 @@ func (m *Gemma4) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOpti
 	masks := map[string]kv.Mask{}
 	for i, b := range m.Blocks {
 		if _, ok := masks[b.spec.Type]; !ok && !b.spec.Shared {
-			masks[b.spec.Type] = LayerMask(caches, i, t, b.window, h.Backend())
+			if opts != nil && opts.Blocks != nil {
+				masks[b.spec.Type] = blockMask(caches, i, t, b.window, opts.Blocks, h.Backend())
+			} else {
+				masks[b.spec.Type] = LayerMask(caches, i, t, b.window, h.Backend())
+			}
 		}
 	}
 	kvs := make([]kv.KV, len(m.Blocks))

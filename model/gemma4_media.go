@@ -41,10 +41,11 @@ type Gemma4Media struct {
 	// AudioMaxTokens caps an audio clip's soft tokens (audio_seq_length).
 	AudioMaxTokens int
 	// BidirectionalVision is the text config's use_bidirectional_attention
-	// "vision" (the larger Gemma 4 models): their sliding layers let each
-	// image's soft tokens attend to one another, a mask mlxgo does not
-	// build yet, so Prepare refuses images for them rather than answer
-	// differently from transformers.
+	// "vision" (the larger Gemma 4 models): each image's soft tokens
+	// attend to one another in both directions on the sliding layers, as
+	// transformers 5.17's block_sequence_ids mask does. Encode marks such
+	// images' Mediums Bidirectional, and PromptMedia passes their blocks
+	// to the model (ForwardOptions.Blocks).
 	BidirectionalVision bool
 	w                   *Weights
 	set                 *safetensors.Set
@@ -204,9 +205,12 @@ func (m *Gemma4Media) Close() error {
 
 // MediaSpan is one medium's soft-token embeddings [n, D] (a tower's
 // projected output) and the prompt position of its first placeholder.
+// Bidirectional spans are blocks whose rows attend to one another (an
+// image on a BidirectionalVision model).
 type MediaSpan struct {
-	Start  int
-	Embeds *tensor.Array
+	Start         int
+	Embeds        *tensor.Array
+	Bidirectional bool
 }
 
 // PromptMedia is a prompt's multimodal rows: embeddings that replace the
@@ -220,7 +224,10 @@ type PromptMedia struct {
 	// Pad is the id fed in place of a placeholder: transformers looks the
 	// pad token up in the per-layer input table at media rows.
 	Pad int32
-	be  tensor.Backend
+	// Blocks is each position's bidirectional block (-1: none), nil when
+	// no span is Bidirectional.
+	Blocks []int32
+	be     tensor.Backend
 }
 
 // NewPromptMedia lays spans over a prompt of length promptLen for a model
@@ -231,7 +238,8 @@ func NewPromptMedia(be tensor.Backend, promptLen, dim int, dt tensor.DType, span
 		be = tensor.Default()
 	}
 	mask := make([]bool, promptLen)
-	for _, s := range spans {
+	var blocks []int32
+	for bi, s := range spans {
 		if s.Embeds == nil || s.Embeds.NDim() != 2 || s.Embeds.Dim(1) != dim {
 			return nil, fmt.Errorf("%w: media embeddings must be [n, %d]", tensor.ErrShape, dim)
 		}
@@ -244,6 +252,17 @@ func NewPromptMedia(be tensor.Backend, promptLen, dim int, dt tensor.DType, span
 				return nil, fmt.Errorf("%w: media spans overlap at position %d", tensor.ErrArgument, i)
 			}
 			mask[i] = true
+		}
+		if s.Bidirectional {
+			if blocks == nil {
+				blocks = make([]int32, promptLen)
+				for i := range blocks {
+					blocks[i] = -1
+				}
+			}
+			for i := s.Start; i < s.Start+n; i++ {
+				blocks[i] = int32(bi)
+			}
 		}
 	}
 	err = tensor.Try(func() {
@@ -276,7 +295,7 @@ func NewPromptMedia(be tensor.Backend, promptLen, dim int, dt tensor.DType, span
 		}
 		all = tensor.Reshape(all, 1, promptLen, dim)
 		tensor.Eval(all)
-		pm = &PromptMedia{Embeddings: sc.Keep(all), Mask: mask, Pad: pad, be: be}
+		pm = &PromptMedia{Embeddings: sc.Keep(all), Mask: mask, Pad: pad, Blocks: blocks, be: be}
 	})
 	if err == nil {
 		tensor.Detach(pm.Embeddings)
@@ -296,8 +315,20 @@ func (p *PromptMedia) Free() {
 // them: the pass's position is its caches' offset (a batched pass over
 // several rows' caches is not supported), placeholder ids become p.Pad,
 // and ForwardOptions carries the pass's slice of the embeddings and
-// mask. Passes past the prompt (decoding) go through unchanged.
+// mask (and of Blocks: a pass that would cut a block in two is an error;
+// PrefillChunk gives a chunk size that does not). Passes past the prompt
+// (decoding) go through unchanged.
 func (p *PromptMedia) Wrap(m Model) Model { return &mediaModel{Model: m, p: p} }
+
+// PrefillChunk is a prefill chunk size for a prompt with p's media: chunk
+// itself, or, when p has bidirectional blocks (which a pass must hold
+// whole), the whole prompt's length if that is larger.
+func (p *PromptMedia) PrefillChunk(chunk int) int {
+	if p == nil || p.Blocks == nil {
+		return chunk
+	}
+	return max(chunk, len(p.Blocks))
+}
 
 type mediaModel struct {
 	Model
@@ -324,7 +355,23 @@ func (mm *mediaModel) Forward(ids *tensor.Array, caches []kv.Cache, opts *Forwar
 	if !hit || ids.Dim(0) != 1 || opts != nil && opts.Embeddings != nil {
 		return mm.Model.Forward(ids, caches, opts)
 	}
+	if p.Blocks != nil {
+		end := min(off+t, len(p.Blocks))
+		if off > 0 && p.Blocks[off] >= 0 && p.Blocks[off-1] == p.Blocks[off] ||
+			end < len(p.Blocks) && p.Blocks[end-1] >= 0 && p.Blocks[end] == p.Blocks[end-1] {
+			return nil, fmt.Errorf("%w: a forward pass over positions [%d, %d) cuts an image's bidirectional block; prefill it in one pass (PromptMedia.PrefillChunk)", tensor.ErrArgument, off, off+t)
+		}
+	}
 	var o ForwardOptions
+	if p.Blocks != nil {
+		o.Blocks = make([]int32, t)
+		for i := range t {
+			o.Blocks[i] = -1
+			if off+i < len(p.Blocks) {
+				o.Blocks[i] = p.Blocks[off+i]
+			}
+		}
+	}
 	var ids2 *tensor.Array
 	err = tensor.Try(func() {
 		sc := tensor.NewScope()
@@ -373,11 +420,13 @@ func (k MediaKind) String() string {
 }
 
 // Medium is an encoded image or audio clip: its soft-token embeddings in
-// the text model's space [Tokens, D].
+// the text model's space [Tokens, D]. Bidirectional media (images on a
+// BidirectionalVision model) are blocks whose rows attend to one another.
 type Medium struct {
-	Kind   MediaKind
-	Embeds *tensor.Array
-	Tokens int
+	Kind          MediaKind
+	Embeds        *tensor.Array
+	Tokens        int
+	Bidirectional bool
 }
 
 // Free releases the embeddings.
@@ -432,7 +481,9 @@ type PreparedMedium struct {
 }
 
 // Shape is the medium as Expand and Locate read it (no embeddings yet).
-func (p *PreparedMedium) Shape() *Medium { return &Medium{Kind: p.Kind, Tokens: p.Tokens} }
+func (p *PreparedMedium) Shape() *Medium {
+	return &Medium{Kind: p.Kind, Tokens: p.Tokens, Bidirectional: p.Kind == MediaImage && p.m.BidirectionalVision}
+}
 
 // Prepare decodes and preprocesses a medium without running a tower:
 // images (PNG, JPEG, GIF, WebP) as Gemma4ImageProcessor does, audio (WAV)
@@ -446,9 +497,6 @@ func (m *Gemma4Media) Prepare(kind MediaKind, data []byte) (*PreparedMedium, err
 	case MediaImage:
 		if m.Vision == nil {
 			return nil, fmt.Errorf("%w: this model has no vision tower", ErrNoMedia)
-		}
-		if m.BidirectionalVision {
-			return nil, fmt.Errorf("%w: image input on a model with use_bidirectional_attention \"vision\" needs the bidirectional image mask, which is not implemented yet", ErrNoMedia)
 		}
 		rgb, err := media.DecodeImage(data)
 		if err != nil {
@@ -515,7 +563,7 @@ func (p *PreparedMedium) Encode() (*Medium, error) {
 		emb = cut
 	}
 	tensor.Detach(emb)
-	return &Medium{Kind: p.Kind, Embeds: emb, Tokens: emb.Dim(0)}, nil
+	return &Medium{Kind: p.Kind, Embeds: emb, Tokens: emb.Dim(0), Bidirectional: p.Kind == MediaImage && p.m.BidirectionalVision}, nil
 }
 
 // EncodeImage prepares and encodes an image file (see Prepare).
@@ -568,7 +616,7 @@ func (t Gemma4Tokens) Expand(ids []int32, media []*Medium) ([]int32, []MediaSpan
 		}
 		open, ph, end := t.placeholder(kind)
 		out = append(out, open)
-		spans = append(spans, MediaSpan{Start: len(out), Embeds: md.Embeds})
+		spans = append(spans, MediaSpan{Start: len(out), Embeds: md.Embeds, Bidirectional: md.Bidirectional})
 		for range md.Tokens {
 			out = append(out, ph)
 		}
@@ -608,7 +656,7 @@ func (t Gemma4Tokens) Locate(ids []int32, media []*Medium) ([]MediaSpan, error) 
 			return nil, fmt.Errorf("%w: run %d is %d %s placeholders at position %d; medium %d is %s of %d soft tokens",
 				ErrNoMedia, next, j-i, kind, i, next, md.Kind, md.Tokens)
 		}
-		spans = append(spans, MediaSpan{Start: i, Embeds: md.Embeds})
+		spans = append(spans, MediaSpan{Start: i, Embeds: md.Embeds, Bidirectional: md.Bidirectional})
 		next++
 		i = j
 	}

@@ -38,6 +38,14 @@ type ForwardOptions struct {
 	// EmbedMask is a bool [B, T] array selecting the positions taken from
 	// Embeddings.
 	EmbedMask *tensor.Array
+	// Blocks, when set (one id per position of the pass, B = 1), lets
+	// positions sharing an id ≥ 0 attend to one another in both
+	// directions on top of the causal mask: Gemma 4's image blocks on
+	// use_bidirectional_attention "vision" models (its sliding layers;
+	// full-attention layers stay causal, as in transformers). -1 marks
+	// positions outside any block; a block must lie whole in one pass.
+	// Architectures without bidirectional blocks ignore it.
+	Blocks []int32
 }
 
 // Architecture is what an architecture file implements. Its methods

@@ -357,6 +357,7 @@ func (s *Server) runMedia(j *job, pm *planMedia) (res outcome) {
 		return outcome{err: badRequest("adapter", "LoRA adapters do not combine with image or audio input"), lane: "serial"}
 	}
 	opts.Caches, opts.OnPrefillDone, opts.Speculation = nil, nil, nil
+	opts.PrefillChunkSize = prm.PrefillChunk(opts.PrefillChunkSize) // an image's bidirectional block stays in one pass
 	st, stopStr, stopped, err := s.streamJob(j.ctx, j, generate.Wrap(prm.Wrap(base), info.Vocab), &opts)
 	s.eng.record(st)
 	res = outcome{stats: st, stopStr: stopStr, err: err, lane: "serial"}

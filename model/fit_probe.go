@@ -65,6 +65,15 @@ func (k DecodeKernel) Key() string {
 	return s
 }
 
+// MarshalJSON writes the kernel with its Key (format and shape) first.
+func (k DecodeKernel) MarshalJSON() ([]byte, error) {
+	type plain DecodeKernel
+	return json.Marshal(struct {
+		Key string `json:"key"`
+		plain
+	}{k.Key(), plain(k)})
+}
+
 // decodeKernels lists the matrices one decode step multiplies by, from
 // the headers: every 2-D weight (with its scales and biases when
 // quantized), stacked expert banks (top-k gathered), per-expert weights

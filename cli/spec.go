@@ -31,7 +31,7 @@ type specFlags struct {
 // addSpecFlags registers the speculative decoding flags.
 func addSpecFlags(fl *pflag.FlagSet, f *specFlags) {
 	fl.StringVar(&f.draftModel, "draft-model", "", "speculative decoding: a draft model with the target's tokenizer (folder, cached repo, demo / demo-q4)")
-	fl.StringVar(&f.draft, "draft", "", "speculative decoding's draft source: model (with --draft-model) or ngram (prompt lookup)")
+	fl.StringVar(&f.draft, "draft", "", "speculative decoding's draft source: model (with --draft-model), assistant (--draft-model is a Gemma 4 assistant drafter for a Gemma 4 target; detected from its config too) or ngram (prompt lookup)")
 	fl.StringVar(&f.numDraft, "num-draft-tokens", "", fmt.Sprintf("tokens drafted per speculative round, or auto (chosen each round from the measured acceptance and costs, up to %d); default %d for a draft model, %d for prompt lookup", generate.DefaultAutoMaxDraft, generate.DefaultNumDraft, generate.DefaultLookupDraft))
 	fl.IntVar(&f.promptLookup, "prompt-lookup", 0, "prompt lookup decoding with n-grams of up to N tokens (--draft ngram --ngram-max N)")
 	fl.IntVar(&f.ngramMin, "ngram-min", generate.DefaultNgramMin, "prompt lookup: the shortest n-gram matched")
@@ -47,10 +47,10 @@ func (f *specFlags) on() bool {
 // check validates the flags' combination.
 func (f *specFlags) check() error {
 	switch {
-	case f.draft != "" && f.draft != "ngram" && f.draft != "model":
-		return fmt.Errorf("%w: --draft must be ngram or model, not %q", errUsage, f.draft)
-	case f.draft == "model" && f.draftModel == "":
-		return fmt.Errorf("%w: --draft model needs --draft-model", errUsage)
+	case f.draft != "" && f.draft != "ngram" && f.draft != "model" && f.draft != "assistant":
+		return fmt.Errorf("%w: --draft must be ngram, model or assistant, not %q", errUsage, f.draft)
+	case (f.draft == "model" || f.draft == "assistant") && f.draftModel == "":
+		return fmt.Errorf("%w: --draft %s needs --draft-model", errUsage, f.draft)
 	case f.draftModel != "" && (f.draft == "ngram" || f.promptLookup > 0):
 		return fmt.Errorf("%w: a draft model and prompt lookup (--draft ngram, --prompt-lookup) exclude each other", errUsage)
 	case f.promptLookup < 0:
@@ -133,6 +133,23 @@ func (f *specFlags) build(target model.Model, targetDir string, tok *tokenizer.T
 	if err != nil {
 		return nil, closeFn, fmt.Errorf("--draft-model: %w", err)
 	}
+	if a, ok := assistantOf(dm); ok || f.draft == "assistant" {
+		if !ok {
+			dm.Close()
+			return nil, closeFn, fmt.Errorf("%w: --draft assistant: %s is a %s checkpoint, not a Gemma 4 assistant", errUsage, dir, dm.Info().ModelType)
+		}
+		t, ok := gemma4Of(target)
+		if !ok {
+			dm.Close()
+			return nil, closeFn, fmt.Errorf("%w: the Gemma 4 assistant drafts for a Gemma 4 target, not %s", errUsage, target.Info().ModelType)
+		}
+		if _, err := generate.NewAssistantDrafter(a, t, generate.DraftInfo{Vocab: target.Info().Vocab, Backend: be}); err != nil {
+			dm.Close()
+			return nil, closeFn, fmt.Errorf("%w: --draft-model: %v", errUsage, err)
+		}
+		sp.Drafter = func(info generate.DraftInfo) (generate.Drafter, error) { return generate.NewAssistantDrafter(a, t, info) }
+		return sp, func() { dm.Close() }, nil
+	}
 	if tok == nil {
 		if _, err := os.Stat(filepath.Join(targetDir, "tokenizer.json")); err == nil {
 			if tok, err = tokenizer.Load(targetDir); err != nil {
@@ -147,6 +164,26 @@ func (f *specFlags) build(target model.Model, targetDir string, tok *tokenizer.T
 	}
 	sp.Draft = generate.Wrap(dm, dm.Info().Vocab)
 	return sp, func() { dm.Close() }, nil
+}
+
+// assistantOf returns m's Gemma 4 assistant architecture, if it is one.
+func assistantOf(m model.Model) (*model.Gemma4Assistant, bool) {
+	l, ok := m.(interface{ Arch() model.Architecture })
+	if !ok {
+		return nil, false
+	}
+	a, ok := l.Arch().(*model.Gemma4Assistant)
+	return a, ok
+}
+
+// gemma4Of returns m's Gemma 4 text architecture, if it is one.
+func gemma4Of(m model.Model) (*model.Gemma4, bool) {
+	l, ok := m.(interface{ Arch() model.Architecture })
+	if !ok {
+		return nil, false
+	}
+	g, ok := l.Arch().(*model.Gemma4)
+	return g, ok
 }
 
 // checkDraftPair refuses a draft model whose vocabulary size or

@@ -195,3 +195,46 @@ func TestServeSpeculative(t *testing.T) {
 		t.Errorf("usage %v", u)
 	}
 }
+
+// TestGenerateAssistant: generate --draft-model with a Gemma 4 assistant
+// fixture (detected from its config, or named by --draft assistant)
+// yields the gemma4_dense target's greedy ids with drafts proposed; the
+// assistant for another kind of target, or --draft assistant with a
+// plain draft model, is a usage error.
+func TestGenerateAssistant(t *testing.T) {
+	fx := "../model/testdata/gemma4_dense"
+	raw, err := os.ReadFile(filepath.Join(fx, "golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Prompt []int `json:"prompt"`
+		Greedy []int `json:"greedy_f32"`
+	}
+	if err := json.Unmarshal(raw, &g); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, len(g.Prompt))
+	for i, v := range g.Prompt {
+		ids[i] = strconv.Itoa(v)
+	}
+	asst := "../model/testdata/gemma4_assistant/tied"
+	base := []string{"--model", filepath.Join(fx, "f32"), "--prompt-ids", strings.Join(ids, ","), "--max-tokens", "32"}
+	for _, extra := range [][]string{{"--draft-model", asst}, {"--draft", "assistant", "--draft-model", asst, "--num-draft-tokens", "2"}} {
+		r := runSpecJSON(t, append(slices.Clone(base), extra...)...)
+		if !slices.Equal(r.IDs, g.Greedy) {
+			t.Errorf("%v: ids %v, want HF's %v", extra, r.IDs, g.Greedy)
+		}
+		if sp := r.Stats.Speculation; sp == nil || sp.Drafted == 0 {
+			t.Errorf("%v: speculation stats %+v", extra, sp)
+		}
+	}
+	for _, bad := range [][]string{
+		append([]string{"generate", "--model", "../model/testdata/llama3/f32", "--prompt-ids", "1,2,3"}, "--draft-model", asst),
+		append(slices.Clone(append([]string{"generate"}, base...)), "--draft", "assistant", "--draft-model", filepath.Join(fx, "bf16")),
+	} {
+		if code, _, errs := run(t, bad...); code != 2 {
+			t.Errorf("%v: exit %d (%s), want 2 (usage)", bad, code, errs)
+		}
+	}
+}

@@ -176,8 +176,13 @@ func assistantOf(m model.Model) (*model.Gemma4Assistant, bool) {
 	return a, ok
 }
 
-// gemma4Of returns m's Gemma 4 text architecture, if it is one.
+// gemma4Of returns m's Gemma 4 text architecture, if it is one (under a
+// LoRA view too: the assistant reads the target's state whatever the
+// adapters).
 func gemma4Of(m model.Model) (*model.Gemma4, bool) {
+	if b, ok := m.(interface{ Base() model.Model }); ok {
+		m = b.Base()
+	}
 	l, ok := m.(interface{ Arch() model.Architecture })
 	if !ok {
 		return nil, false

@@ -147,7 +147,9 @@ func (f *specFlags) build(target model.Model, targetDir string, tok *tokenizer.T
 			dm.Close()
 			return nil, closeFn, fmt.Errorf("%w: --draft-model: %v", errUsage, err)
 		}
-		sp.Drafter = func(info generate.DraftInfo) (generate.Drafter, error) { return generate.NewAssistantDrafter(a, t, info) }
+		sp.Drafter = func(info generate.DraftInfo) (generate.Drafter, error) {
+			return generate.NewAssistantDrafter(a, t, info)
+		}
 		return sp, func() { dm.Close() }, nil
 	}
 	if tok == nil {

@@ -74,7 +74,7 @@ func TurboLayerSpecs(specs []LayerSpec, t TurboSpec) ([]LayerSpec, error) {
 	}
 	out := make([]LayerSpec, len(specs))
 	for i, s := range specs {
-		if !s.Shared && s.Quant.Bits == 0 {
+		if !s.Shared && !s.Recurrent && s.Quant.Bits == 0 {
 			s.Turbo = t
 		}
 		out[i] = s

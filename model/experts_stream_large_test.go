@@ -14,6 +14,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/tensor"
+	"github.com/mlxgo/mlxgo/tensor/safetensors"
 )
 
 // TestExpertStreamingLarge (MLXGO_MOE_LARGE_DIR=<dir>, where the
@@ -24,7 +25,9 @@ import (
 // ($MLXGO_MOE_LARGE_CACHE bytes) and then fully resident. Every step's
 // logits must be equal bit for bit, the stream must miss, and the
 // process's peak RSS during the streamed run must stay within the plan's
-// total; tok/s, hit rate and bytes read per token are logged.
+// total, whose weight bytes must equal the files' data bytes and whose KV
+// bytes the caches' after the run; tok/s, hit rate and bytes read per
+// token are logged.
 func TestExpertStreamingLarge(t *testing.T) {
 	dir := os.Getenv("MLXGO_MOE_LARGE_DIR")
 	if dir == "" {
@@ -56,6 +59,22 @@ func TestExpertStreamingLarge(t *testing.T) {
 	if plan.ExpertBytes < 4e9 || cache*4 > plan.ExpertBytes {
 		t.Fatalf("%d expert bytes with a %d-byte cache: want ≥ 4 GB and a cache under a quarter", plan.ExpertBytes, cache)
 	}
+	set, err := safetensors.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var data int64
+	for _, f := range set.Files() {
+		fi, err := os.Stat(f.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		data += fi.Size() - f.DataOffset()
+	}
+	set.Close()
+	if plan.WeightsBytes != data {
+		t.Errorf("plan weights_bytes %d, the files hold %d data bytes", plan.WeightsBytes, data)
+	}
 	const prompt, steps = 16, 32
 	type run struct {
 		logits [][]byte
@@ -63,6 +82,7 @@ func TestExpertStreamingLarge(t *testing.T) {
 		perTok time.Duration
 		stats  model.ExpertStats
 		peak   int64
+		kv     int64
 	}
 	decode := func(opts *model.LoadOptions) run {
 		debug.FreeOSMemory()
@@ -107,6 +127,9 @@ func TestExpertStreamingLarge(t *testing.T) {
 		}
 		r.perTok = time.Since(t0) / steps
 		r.stats, _ = lm.ExpertStats()
+		for _, c := range caches {
+			r.kv += int64(c.Bytes())
+		}
 		r.peak = procStatus("VmHWM:")
 		return r
 	}
@@ -119,6 +142,9 @@ func TestExpertStreamingLarge(t *testing.T) {
 		if !bytes.Equal(streamed.logits[i], resident.logits[i]) {
 			t.Fatalf("step %d: streamed logits differ from the resident model's", i)
 		}
+	}
+	if want := plan.KVBytesAt(prompt+steps, 1); streamed.kv != want || resident.kv != want {
+		t.Errorf("caches hold %d (streamed) and %d (resident) bytes after %d tokens, the plan %d", streamed.kv, resident.kv, prompt+steps, want)
 	}
 	s := streamed.stats
 	if s.Misses == 0 || s.ResidentBytes > cache {

@@ -178,7 +178,8 @@ type Row struct {
 	cancel   atomic.Bool
 	err      error
 	freed    bool
-	spec     *rowSpec // speculative decoding's state (batch_spec.go), or nil
+	spec     *rowSpec   // speculative decoding's state (batch_spec.go), or nil
+	embeds   *RowEmbeds // prompt embeddings (AddEmbeds, batch_media.go), or nil
 }
 
 type rowPhase int
@@ -608,7 +609,7 @@ func (b *Batch) pass(segs []segment) (events []Event, err error) {
 		if rf != nil {
 			h, err = rf.ForwardRows(in, caches, spans)
 		} else {
-			h, err = b.m.Forward(in, caches)
+			h, err = b.forwardPass(in, ids, caches, segs)
 		}
 		if err != nil {
 			return err

@@ -353,8 +353,6 @@ func (a *Adapter) readPEFT(raw []byte, f *safetensors.File, be tensor.Backend) e
 		return bad("fan_in_fan_out is true (Conv1D-style layers are not supported)")
 	case len(c.ModulesToSave) > 0:
 		return bad(fmt.Sprintf("modules_to_save %v (fully trained modules are not supported)", c.ModulesToSave))
-	case len(c.TargetParameters) > 0:
-		return bad(fmt.Sprintf("target_parameters %v (LoRA on raw parameters is not supported)", c.TargetParameters))
 	case len(c.LayerReplication) > 0 && string(c.LayerReplication) != "null":
 		return bad("layer_replication is set (not supported)")
 	case c.QALoRA:
@@ -425,10 +423,20 @@ func (a *Adapter) readPEFTTensors(c peftConfigJSON, tg targets, ranks, alphas []
 		s    float64
 	}
 	banks := map[string][]expertPair{}
+	wrapped := map[string][]wrappedPair{}
 	for _, mod := range slices.Sorted(maps.Keys(mods)) {
 		p := mods[mod]
 		if p.a == "" || p.b == "" {
 			return fmt.Errorf("lora: %w: %s: module %q has only one of lora_A and lora_B", ErrAdapter, f.Path(), mod)
+		}
+		if base, depth := unwrapBase(mod); (depth > 0 || !tg.match(mod)) && len(targetedParams(c.TargetParameters, base)) > 0 {
+			ia, _ := f.Info(p.a)
+			ib, _ := f.Info(p.b)
+			if len(ia.Shape) != 2 || len(ib.Shape) != 2 || ia.Shape[0] != ib.Shape[1] {
+				return fmt.Errorf("lora: %w: %s: module %q: lora_A %v and lora_B %v (want [r·E, in] and [out, r·E])", ErrAdapter, f.Path(), mod, ia.Shape, ib.Shape)
+			}
+			wrapped[base] = append(wrapped[base], wrappedPair{mod: mod, depth: depth, a: p.a, b: p.b, rE: ia.Shape[0], in: ia.Shape[1], out: ib.Shape[0]})
+			continue
 		}
 		if !tg.match(mod) {
 			return fmt.Errorf("lora: %w: %s: module %q is not among target_modules", ErrAdapter, f.Path(), mod)
@@ -485,6 +493,142 @@ func (a *Adapter) readPEFTTensors(c peftConfigJSON, tg targets, ranks, alphas []
 		}
 		tensor.Free(made...)
 		a.Deltas[key] = &Delta{Name: ps[0].name, A: A, B: B, Scale: s, Rank: r, In: in, Out: out, Experts: E}
+	}
+	for _, base := range slices.Sorted(maps.Keys(wrapped)) {
+		if err := a.readWrapped(c, ranks, alphas, f, be, base, wrapped[base]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wrappedPair is one pair of PEFT's target_parameters: LoRA on a raw
+// parameter of the module base, whose wrapper sits depth levels inside
+// the outermost (PEFT nests one ParamWrapper per parameter of a module:
+// base, base.base_layer, …).
+type wrappedPair struct {
+	mod         string
+	depth       int
+	a, b        string
+	rE, in, out int
+}
+
+// unwrapBase strips the ".base_layer" segments PEFT's nested parameter
+// wrappers add to a module name and counts them.
+func unwrapBase(mod string) (string, int) {
+	n := 0
+	for strings.HasSuffix(mod, ".base_layer") {
+		mod = strings.TrimSuffix(mod, ".base_layer")
+		n++
+	}
+	return mod, n
+}
+
+// targetedParams lists the parameters of module mod that target_parameters
+// names ("experts.gate_up_proj" names gate_up_proj of every module whose
+// name is or ends with ".experts"; a bare "gate_up_proj", as PEFT writes
+// for target_modules it maps onto fused experts, that of every module),
+// in config order.
+func targetedParams(tp []string, mod string) []string {
+	var out []string
+	for _, t := range tp {
+		m, p := "", t
+		if i := strings.LastIndexByte(t, '.'); i >= 0 {
+			m, p = t[:i], t[i+1:]
+		}
+		if (m == "" || mod == m || strings.HasSuffix(mod, "."+m)) && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// readWrapped reads the pairs PEFT's target_parameters made on the fused
+// expert tensors of transformers 5 (module base, "….experts"):
+// gate_up_proj [E, 2I, D] (gate rows first) and down_proj [E, D, I], each
+// adapted by lora_A [r·E, in] (expert e's rows e·r…) and lora_B [out, r·E]
+// (expert e's rank-j column at j·E + e), so that expert e's weight gains
+// scale·B_e·A_e. They become the pairs of the banks the model stacks
+// (model.BankPath): gate_proj and up_proj (gate_up_proj's B split by rows,
+// its A shared) and down_proj. Which pair adapts which parameter is told
+// by their shapes (gate_up_proj's input width is down_proj's output, its
+// output twice down_proj's input).
+func (a *Adapter) readWrapped(c peftConfigJSON, ranks, alphas []pattern, f *safetensors.File, be tensor.Backend, base string, ps []wrappedPair) error {
+	params := targetedParams(c.TargetParameters, base)
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("lora: %w: %s: target_parameters of %q: %s", model.ErrUnsupported, f.Path(), base, fmt.Sprintf(format, args...))
+	}
+	if !strings.HasSuffix(base, ".experts") {
+		return fail("only the fused expert tensors of a module named experts are supported")
+	}
+	for _, p := range params {
+		if p != "gate_up_proj" && p != "down_proj" {
+			return fail("parameter %q (only gate_up_proj and down_proj are supported)", p)
+		}
+	}
+	if len(ps) > len(params) {
+		return fail("%d pairs for the %d parameters %v", len(ps), len(params), params)
+	}
+	byParam := map[string]wrappedPair{}
+	switch {
+	case len(ps) == 1 && len(params) == 1:
+		byParam[params[0]] = ps[0]
+	case len(ps) == 2:
+		x, y := ps[0], ps[1]
+		xgu := x.in == y.out && x.out == 2*y.in
+		ygu := y.in == x.out && y.out == 2*x.in
+		switch {
+		case xgu && !ygu:
+			byParam["gate_up_proj"], byParam["down_proj"] = x, y
+		case ygu && !xgu:
+			byParam["gate_up_proj"], byParam["down_proj"] = y, x
+		default:
+			return fail("pairs %s [%d → %d] and %s [%d → %d] do not tell gate_up_proj from down_proj", x.mod, x.in, x.out, y.mod, y.in, y.out)
+		}
+	default:
+		return fail("%d pairs for the parameters %v", len(ps), params)
+	}
+	block := strings.TrimSuffix(base, ".experts")
+	for _, param := range slices.Sorted(maps.Keys(byParam)) {
+		p := byParam[param]
+		key := base + "." + param
+		r := int(lookup(ranks, key, float64(c.R)))
+		if r <= 0 || p.rE%r != 0 {
+			return fmt.Errorf("lora: %w: %s: %s: lora_A has %d rows, not a multiple of the rank %d the config (r, rank_pattern) gives", ErrAdapter, f.Path(), p.mod, p.rE, r)
+		}
+		E := p.rE / r
+		s := scaleOf(lookup(alphas, key, c.Alpha), r, c.RSLoRA)
+		A := plain(f, p.a, be) // [r·E, in]
+		B := plain(f, p.b, be) // [out, r·E]
+		var out map[string]*Delta
+		err := tensor.Try(func() {
+			sc := tensor.NewScope()
+			defer sc.Close()
+			ae := tensor.Reshape(A, E, r, p.in)                                        // [E, r, in]
+			be3 := tensor.Transpose(tensor.Reshape(B, p.out, r, E), []int{2, 0, 1}...) // [E, out, r]
+			keep := func(x *tensor.Array) *tensor.Array { x = tensor.Contiguous(x); sc.Keep(x); tensor.Detach(x); return x }
+			mk := func(b *tensor.Array, out int) *Delta {
+				return &Delta{Name: key, A: keep(ae), B: keep(b), Scale: s, Rank: r, In: p.in, Out: out, Experts: E}
+			}
+			out = map[string]*Delta{}
+			if param == "down_proj" {
+				out["down_proj"] = mk(be3, p.out)
+				return
+			}
+			if p.out%2 != 0 {
+				panic(&tensor.Error{Op: "lora.Load", Err: fmt.Errorf("%w: %s: gate_up_proj's output width %d is odd", ErrAdapter, p.mod, p.out)})
+			}
+			h := p.out / 2
+			out["gate_proj"] = mk(tensor.SliceAxis(be3, 1, 0, h), h)
+			out["up_proj"] = mk(tensor.SliceAxis(be3, 1, h, p.out), h)
+		})
+		tensor.Free(A, B)
+		if err != nil {
+			return err
+		}
+		for proj, d := range out {
+			a.Deltas[Relative(model.BankPath(block)+proj)] = d
+		}
 	}
 	return nil
 }

@@ -8,7 +8,9 @@
 //
 // Adapters are read in Hugging Face PEFT's format (adapter_config.json +
 // adapter_model.safetensors: r, lora_alpha, use_rslora, rank_pattern,
-// alpha_pattern, target_modules) and in mlx-lm's (adapter_config.json's
+// alpha_pattern, target_modules, and target_parameters on transformers 5's
+// fused expert tensors gate_up_proj and down_proj, which become pairs of
+// the gate, up and down expert banks) and in mlx-lm's (adapter_config.json's
 // lora_parameters + adapters.safetensors, lora_a [in, r], lora_b [r,
 // out], expert banks [E·r, in] and [E, out, r]). DoRA and embedding
 // adapters are refused with model.ErrUnsupported.

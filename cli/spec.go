@@ -31,7 +31,7 @@ type specFlags struct {
 // addSpecFlags registers the speculative decoding flags.
 func addSpecFlags(fl *pflag.FlagSet, f *specFlags) {
 	fl.StringVar(&f.draftModel, "draft-model", "", "speculative decoding: a draft model with the target's tokenizer (folder, cached repo, demo / demo-q4)")
-	fl.StringVar(&f.draft, "draft", "", "speculative decoding's draft source: model (with --draft-model), assistant (--draft-model is a Gemma 4 assistant drafter for a Gemma 4 target; detected from its config too) or ngram (prompt lookup)")
+	fl.StringVar(&f.draft, "draft", "", "speculative decoding's draft source: model (with --draft-model), assistant (--draft-model is a Gemma 4 assistant drafter for a Gemma 4 target; detected from its config too), mtp (the target's own multi-token-prediction head) or ngram (prompt lookup)")
 	fl.StringVar(&f.numDraft, "num-draft-tokens", "", fmt.Sprintf("tokens drafted per speculative round, or auto (chosen each round from the measured acceptance and costs, up to %d); default %d for a draft model, %d for prompt lookup", generate.DefaultAutoMaxDraft, generate.DefaultNumDraft, generate.DefaultLookupDraft))
 	fl.IntVar(&f.promptLookup, "prompt-lookup", 0, "prompt lookup decoding with n-grams of up to N tokens (--draft ngram --ngram-max N)")
 	fl.IntVar(&f.ngramMin, "ngram-min", generate.DefaultNgramMin, "prompt lookup: the shortest n-gram matched")
@@ -47,8 +47,10 @@ func (f *specFlags) on() bool {
 // check validates the flags' combination.
 func (f *specFlags) check() error {
 	switch {
-	case f.draft != "" && f.draft != "ngram" && f.draft != "model" && f.draft != "assistant":
-		return fmt.Errorf("%w: --draft must be ngram, model or assistant, not %q", errUsage, f.draft)
+	case f.draft != "" && f.draft != "ngram" && f.draft != "model" && f.draft != "assistant" && f.draft != "mtp":
+		return fmt.Errorf("%w: --draft must be ngram, model, assistant or mtp, not %q", errUsage, f.draft)
+	case f.draft == "mtp" && (f.draftModel != "" || f.promptLookup > 0):
+		return fmt.Errorf("%w: --draft mtp drafts with the target's own MTP head: no --draft-model or --prompt-lookup", errUsage)
 	case (f.draft == "model" || f.draft == "assistant") && f.draftModel == "":
 		return fmt.Errorf("%w: --draft %s needs --draft-model", errUsage, f.draft)
 	case f.draftModel != "" && (f.draft == "ngram" || f.promptLookup > 0):
@@ -113,6 +115,14 @@ func (f *specFlags) build(target model.Model, targetDir string, tok *tokenizer.T
 	}
 	n, auto, _ := f.gamma()
 	sp = &generate.Speculation{NumDraft: n, Auto: auto, Exact: f.accept == "exact"}
+	if f.draft == "mtp" {
+		p, ok := mtpOf(target)
+		if !ok {
+			return nil, closeFn, fmt.Errorf("%w: --draft mtp: the %s checkpoint carries no MTP head this architecture runs", errUsage, target.Info().ModelType)
+		}
+		sp.Drafter = func(info generate.DraftInfo) (generate.Drafter, error) { return generate.NewMTPDrafter(p, info) }
+		return sp, closeFn, nil
+	}
 	if f.draftModel == "" {
 		sp.Lookup = true
 		sp.NgramMin, sp.NgramMax = f.ngramMin, f.ngramMax
@@ -176,6 +186,18 @@ func assistantOf(m model.Model) (*model.Gemma4Assistant, bool) {
 	}
 	a, ok := l.Arch().(*model.Gemma4Assistant)
 	return a, ok
+}
+
+// mtpOf returns m's MTP head, if its checkpoint carries one.
+func mtpOf(m model.Model) (*model.MTP, bool) {
+	if b, ok := m.(interface{ Base() model.Model }); ok {
+		m = b.Base()
+	}
+	l, ok := m.(*model.Loaded)
+	if !ok {
+		return nil, false
+	}
+	return l.MTP()
 }
 
 // gemma4Of returns m's Gemma 4 text architecture, if it is one (under a

@@ -238,3 +238,26 @@ func TestGenerateAssistant(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateMTP: generate --draft mtp on the DeepSeek-V3 MTP fixture
+// yields its plain greedy ids with drafts proposed; a checkpoint without
+// an MTP head is a usage error.
+func TestGenerateMTP(t *testing.T) {
+	base := []string{"--model", "../model/testdata/deepseek_v3_mtp/f32", "--prompt-ids", "5,9,33,7,10,5,9,33,7,3", "--max-tokens", "16"}
+	plain := runSpecJSON(t, base...)
+	r := runSpecJSON(t, append(slices.Clone(base), "--draft", "mtp", "--num-draft-tokens", "2")...)
+	if !slices.Equal(r.IDs, plain.IDs) || len(r.IDs) != 16 {
+		t.Errorf("--draft mtp: ids %v, plain %v", r.IDs, plain.IDs)
+	}
+	if sp := r.Stats.Speculation; sp == nil || sp.Drafted == 0 {
+		t.Errorf("speculation stats %+v", sp)
+	}
+	for _, bad := range [][]string{
+		{"generate", "--model", "../model/testdata/llama3/f32", "--prompt-ids", "1,2,3", "--draft", "mtp"},
+		append(append([]string{"generate"}, base...), "--draft", "mtp", "--draft-model", "../model/testdata/llama3/f32"),
+	} {
+		if code, _, errs := run(t, bad...); code != 2 {
+			t.Errorf("%v: exit %d (%s), want 2 (usage)", bad, code, errs)
+		}
+	}
+}

@@ -274,6 +274,12 @@ func (s *Stream) runSpec(yield func(Token, error) bool) error {
 		r.snap.free()
 		r.finishStats(q)
 	}()
+	s.prefillObs, _ = d.(PrefillObserver)
+	err = s.prefill()
+	s.prefillObs = nil
+	if err != nil {
+		return err
+	}
 
 	in := slices.Clone(q.prompt[len(q.prompt)-1:]) // fed next: not in the caches yet
 	ctxToks := slices.Clone(q.prompt)              // prompt and output; its tail is in

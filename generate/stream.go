@@ -3,6 +3,7 @@ package generate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"runtime"
 	"time"
@@ -34,6 +35,9 @@ type Stream struct {
 	used   bool
 	err    error
 	closed bool
+	// prefillObs reads the prompt's hidden states (a speculative draft
+	// source that drafts from the target's state), or nil
+	prefillObs PrefillObserver
 }
 
 // Stats returns the statistics so far; after Tokens' loop ends (however
@@ -117,11 +121,11 @@ func (s *Stream) run(yield func(Token, error) bool) (err error) {
 	q.start = time.Now()
 	defer q.freeSteps()
 	q.snapshot(s.caches)
+	if specOn(&q.o) {
+		return s.runSpec(yield) // it prefills once its draft source is made
+	}
 	if err := s.prefill(); err != nil {
 		return err
-	}
-	if specOn(&q.o) {
-		return s.runSpec(yield)
 	}
 
 	pipelined := q.pipelinable()
@@ -266,6 +270,12 @@ func (s *Stream) prefillChunk(ids []int32) (err error) {
 		return err
 	}
 	tensor.Eval(h)
+	if s.prefillObs != nil {
+		if err := s.prefillObs.ObservePrefill(h, len(s.q.cacheToks)); err != nil {
+			h.Free()
+			return fmt.Errorf("generate: draft source: %w", err)
+		}
+	}
 	h.Free()
 	if err := s.quantize(); err != nil {
 		return err

@@ -76,7 +76,8 @@ type laneRow struct {
 	stopper *generate.StopMatcher
 	pend    []tokenLP
 	stopped bool
-	started bool // the job's first event (with the cached-token count) was sent
+	started bool   // the job's first event (with the cached-token count) was sent
+	free    func() // frees a media row's embeddings when it is done (or nil)
 }
 
 // newBatchLane sizes the pool for the KV budget: one block of every layer
@@ -310,7 +311,7 @@ func (l *batchLane) add(j *job) {
 		j.out.push(event{done: &outcome{err: j.ctx.Err()}})
 		return
 	}
-	if j.fn != nil {
+	if j.fn != nil && j.rowMedia == nil {
 		e.runFn(j)
 		return
 	}
@@ -323,7 +324,14 @@ func (l *batchLane) add(j *job) {
 		opts.SnapshotAt = len(prompt) - 1
 		opts.OnPrefillDone = func(caches []kv.Cache, n int) { t.snapshot(ns, prompt[:n], caches) }
 	}
-	row, err := l.b.Add(j.ctx, j.prompt, &opts)
+	var row *generate.Row
+	var err error
+	var free func()
+	if j.rowMedia != nil {
+		row, free, err = l.addMedia(j, &opts)
+	} else {
+		row, err = l.b.Add(j.ctx, j.prompt, &opts)
+	}
 	if err != nil {
 		var fe *generate.FitError
 		if errors.As(err, &fe) {
@@ -337,7 +345,7 @@ func (l *batchLane) add(j *job) {
 	}
 	e.active.Add(1)
 	j.row = row
-	l.rows[row] = &laneRow{j: j, row: row, detok: e.cfg.Tokenizer.NewDetokenizer(false), stopper: generate.NewStopMatcher(j.stops...)}
+	l.rows[row] = &laneRow{j: j, row: row, detok: e.cfg.Tokenizer.NewDetokenizer(false), stopper: generate.NewStopMatcher(j.stops...), free: free}
 }
 
 // step runs one batch step; a panic fails the rows of the step (they are
@@ -385,6 +393,9 @@ func (l *batchLane) event(ev generate.Event, shutdown bool) {
 	}
 	delete(l.rows, ev.Row)
 	l.e.active.Add(-1)
+	if r.free != nil {
+		r.free()
+	}
 	st := ev.Row.Stats()
 	err := ev.Err
 	if err == nil && st.StopReason == generate.StopCancelled && !r.stopped && shutdown {

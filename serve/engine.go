@@ -39,6 +39,11 @@ type job struct {
 	// generating, and fn reports through out itself, ending with a done
 	// event. A panic in fn fails the job only.
 	fn func()
+	// rowMedia, when set (a media job's, beside fn), lets the batched lane
+	// run the job as a batch row instead of fn: it runs the towers and
+	// returns the row's prompt embeddings, a key naming the media (the
+	// prefix cache's namespace gets it) and what frees them.
+	rowMedia func() (*generate.RowEmbeds, string, func(), error)
 }
 
 // tokenLP is one generated token's logprob information.

@@ -2,15 +2,21 @@ package serve
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/kv"
 	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/model/media"
+	"github.com/mlxgo/mlxgo/tensor"
 )
 
 // MediaModel is a Config.Model that also takes images and audio: a
@@ -260,6 +266,10 @@ type planMedia struct {
 	mm       MediaModel
 	prepared []*model.PreparedMedium
 	starts   []int
+	// key names the media (a hash of their kinds and bytes, in order):
+	// on the batched lane it joins the prefix cache's namespace, so that
+	// placeholder ids standing for other media never match.
+	key string
 }
 
 // mediaError maps a preprocessing failure to a 400 naming the medium.
@@ -292,6 +302,15 @@ func (s *Server) expandMedia(ids []int32, c *mediaCollector, param string) ([]in
 	md := c.mm.Media()
 	pm := &planMedia{mm: c.mm}
 	shapes := make([]*model.Medium, len(c.items))
+	h := sha256.New()
+	for _, it := range c.items {
+		var hdr [9]byte
+		hdr[0] = byte(it.kind)
+		binary.LittleEndian.PutUint64(hdr[1:], uint64(len(it.data)))
+		h.Write(hdr[:])
+		h.Write(it.data)
+	}
+	pm.key = hex.EncodeToString(h.Sum(nil))
 	for i, it := range c.items {
 		p, err := md.Prepare(it.kind, it.data)
 		if err != nil {
@@ -312,15 +331,79 @@ func (s *Server) expandMedia(ids []int32, c *mediaCollector, param string) ([]in
 
 // mediaFn is a media job's work on the engine goroutine: the towers run on
 // the prepared media, and the prompt generates through a model that
-// merges their embeddings at the placeholder rows. It runs alone (the
-// serial way, between batch steps on the batched lane) and never touches
-// the prompt cache: a cached prefix keyed by token ids would not tell one
-// image from another.
+// merges their embeddings at the placeholder rows. On the serial lane it
+// runs alone and never touches the prompt cache (a cached prefix keyed by
+// token ids would not tell one image from another). On the batched lane
+// it also sets j.rowMedia, so the job becomes a batch row (mediaRow)
+// whose prefix-cache namespace holds the media's hash — except for
+// bidirectional images (whose blocks a batched pass does not take) and
+// adapter requests, which run the serial way.
 func (s *Server) mediaFn(j *job, pm *planMedia) func() {
+	if s.eng != nil && s.eng.lane != nil && len(j.opts.Adapters) == 0 && !slices.ContainsFunc(pm.prepared, func(p *model.PreparedMedium) bool { return p.Shape().Bidirectional }) {
+		j.rowMedia = func() (*generate.RowEmbeds, string, func(), error) { return s.mediaRow(j, pm) }
+	}
 	return func() {
 		res := s.runMedia(j, pm)
 		j.out.push(event{done: &res})
 	}
+}
+
+// mediaRow runs the towers for a batched media row and lays their
+// embeddings over the prompt (generate.RowEmbeds); free releases them.
+func (s *Server) mediaRow(j *job, pm *planMedia) (*generate.RowEmbeds, string, func(), error) {
+	var enc []*model.Medium
+	defer func() {
+		for _, m := range enc {
+			m.Free()
+		}
+	}()
+	spans := make([]model.MediaSpan, len(pm.prepared))
+	for i, p := range pm.prepared {
+		if err := j.ctx.Err(); err != nil {
+			return nil, "", nil, err
+		}
+		m, err := p.Encode()
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("encoding medium %d: %w", i, err)
+		}
+		enc = append(enc, m)
+		spans[i] = model.MediaSpan{Start: pm.starts[i], Embeds: m.Embeds}
+	}
+	base := pm.mm.Base()
+	info := base.Info()
+	prm, err := model.NewPromptMedia(s.cfg.Backend, len(j.prompt), info.Hidden, info.DType, spans, pm.mm.Media().Tokens.Pad)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return &generate.RowEmbeds{Embeddings: prm.Embeddings, Mask: prm.Mask, Pad: prm.Pad, Forwarder: embedForwarder{base}}, pm.key, prm.Free, nil
+}
+
+// embedForwarder runs a batched pass with media embeddings through the
+// model's ForwardOptions.
+type embedForwarder struct{ m model.Model }
+
+// ForwardEmbeds implements generate.EmbedForwarder.
+func (f embedForwarder) ForwardEmbeds(ids *tensor.Array, caches []kv.Cache, emb, mask *tensor.Array) (*tensor.Array, error) {
+	return f.m.Forward(ids, caches, &model.ForwardOptions{Embeddings: emb, EmbedMask: mask})
+}
+
+// addMedia puts a media job in the batch as a row with its prompt
+// embeddings (the towers run now, on the engine goroutine); its prefix
+// cache namespace gets the media's key, and its KV is not snapshotted to
+// the SSD cache (whose files are keyed by token ids).
+func (l *batchLane) addMedia(j *job, opts *generate.Options) (*generate.Row, func(), error) {
+	emb, key, free, err := j.rowMedia()
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.OnPrefillDone, opts.SnapshotAt = nil, 0
+	opts.CacheNamespace += "\x00media:" + key
+	row, err := l.b.AddEmbeds(j.ctx, j.prompt, opts, emb)
+	if err != nil {
+		free()
+		return nil, nil, err
+	}
+	return row, free, nil
 }
 
 func (s *Server) runMedia(j *job, pm *planMedia) (res outcome) {

@@ -9,6 +9,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -42,9 +43,10 @@ func otherImage(t *testing.T) string {
 }
 
 // TestServeMediaBatchedRows: on the batched lane, image requests join the
-// batch as rows (lane "batched") beside each other and a text request, and
+// batch as rows (lane "batched") beside each other and a text request;
 // each reply equals the serial lane's for that request alone (which the
-// fixture's image prompt holds to HF's greedy). The prefix cache never
+// fixture's image prompt holds to HF's greedy), and each image row's
+// logprobs beside other rows equal, bit for bit, its run alone on the lane. The prefix cache never
 // serves one image's KV for another's identical placeholder ids: a second
 // image after the first has nothing cached, the first image again reuses
 // its prompt.
@@ -59,7 +61,7 @@ func TestServeMediaBatchedRows(t *testing.T) {
 			content = append(content, map[string]any{"type": "image_url", "image_url": map[string]any{"url": "data:image/png;base64," + img}})
 		}
 		content = append(content, map[string]any{"type": "text", "text": " " + parts[1]})
-		return map[string]any{"model": "gemma4-mm", "max_tokens": n, "temperature": 0,
+		return map[string]any{"model": "gemma4-mm", "max_tokens": n, "temperature": 0, "logprobs": true,
 			"messages": []any{map[string]any{"role": "user", "content": content}}}
 	}
 	n := len(pr.Greedy)
@@ -88,12 +90,24 @@ func TestServeMediaBatchedRows(t *testing.T) {
 		l, _ := u["lane"].(string)
 		return int(c), l
 	}
+	logprobs := func(body map[string]any) []float64 {
+		var out []float64
+		lp, _ := body["choices"].([]any)[0].(map[string]any)["logprobs"].(map[string]any)
+		for _, c := range lp["content"].([]any) {
+			out = append(out, c.(map[string]any)["logprob"].(float64))
+		}
+		return out
+	}
+	alone := map[int][]float64{}
 	// one image, then the other with the same ids: nothing cached
 	for i, wantCached := range []bool{false, false, true} {
 		k := i % 2
 		code, body := post(t, hs.URL+"/v1/chat/completions", req(imgs[k], n))
 		if got := chatText(t, code, body); got != want[k] {
 			t.Fatalf("request %d (image %d): %q, alone on the serial lane %q", i, k, got, want[k])
+		}
+		if i < 2 {
+			alone[k] = logprobs(body)
 		}
 		cached, lane := usageOf(body)
 		if lane != "batched" || (cached > 0) != wantCached {
@@ -119,6 +133,8 @@ func TestServeMediaBatchedRows(t *testing.T) {
 			got := body["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string)
 			if _, lane := usageOf(body); got != want[k] || lane != "batched" {
 				errs[i] = fmt.Errorf("request %d (%d): %q on lane %q, alone %q", i, k, got, lane, want[k])
+			} else if k < 2 && !slices.Equal(logprobs(body), alone[k]) {
+				errs[i] = fmt.Errorf("request %d (image %d): logprobs %v beside other rows, %v alone", i, k, logprobs(body), alone[k])
 			}
 		}()
 	}

@@ -41,11 +41,12 @@ var errMediaFetch = errors.New("media fetch failed")
 // blockedPrefixes are address ranges that are not public beyond what
 // netip.Addr's predicates cover: this network, shared address space (CGNAT),
 // IETF protocol assignments, the documentation and benchmarking ranges,
-// and reserved space.
+// reserved space, and IPv6 forms that embed an IPv4 address (IPv4-
+// compatible, NAT64, Teredo, 6to4), which could reach a private one.
 var blockedPrefixes = func() []netip.Prefix {
 	var out []netip.Prefix
 	for _, s := range []string{"0.0.0.0/8", "100.64.0.0/10", "192.0.0.0/24", "192.0.2.0/24", "198.18.0.0/15",
-		"198.51.100.0/24", "203.0.113.0/24", "240.0.0.0/4", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001:db8::/32"} {
+		"198.51.100.0/24", "203.0.113.0/24", "240.0.0.0/4", "::/96", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001::/32", "2001:db8::/32", "2002::/16"} {
 		out = append(out, netip.MustParsePrefix(s))
 	}
 	return out

@@ -20,6 +20,7 @@ func TestPublicAddr(t *testing.T) {
 		"192.168.1.1": false, "169.254.169.254": false, "0.0.0.0": false, "::": false, "100.64.1.1": false,
 		"fd00::1": false, "fe80::1": false, "::ffff:127.0.0.1": false, "::ffff:10.0.0.1": false,
 		"224.0.0.1": false, "ff02::1": false, "255.255.255.255": false, "64:ff9b::a00:1": false,
+		"2002:7f00:1::": false, "::7f00:1": false, "2001:0:4136:e378:8000:63bf:3fff:fdd2": false,
 	} {
 		if got := publicAddr(netip.MustParseAddr(s)); got != want {
 			t.Errorf("publicAddr(%s) = %v, want %v", s, got, want)

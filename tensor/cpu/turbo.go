@@ -457,6 +457,10 @@ func turboValueRow(dst []float32, stride int, row []byte, d, bits, g int, levels
 			for k, l := range levels[:8] {
 				tab[k] = l * sigma
 			}
+			if hasAVX2 && len(out)%8 == 0 && len(src) > len(out)*3/8 {
+				turboValues3Y(&out[0], &src[0], &tab[0], len(out))
+				continue
+			}
 			for i := 0; i+8 <= len(out); i += 8 {
 				b := src[i/8*3:]
 				w := uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16

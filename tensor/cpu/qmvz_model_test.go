@@ -63,11 +63,9 @@ func qmvzModel(bits int, pair bool) qmvzKern {
 					for i := range nx {
 						for l := range 16 {
 							xo := i*ldx + 256*blk + 4*l
-							t := c[0][l] * f32(x, xo)
-							t = fma(c[1][l], f32(x, xo+64), t)
-							t = fma(c[2][l], f32(x, xo+128), t)
-							t = fma(c[3][l], f32(x, xo+192), t)
-							z[i][l] += t
+							for v := range 4 {
+								z[i][l] = fma(c[v][l], f32(x, xo+64*v), z[i][l])
+							}
 						}
 					}
 					blk++

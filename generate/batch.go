@@ -614,6 +614,9 @@ func (b *Batch) pass(segs []segment) (events []Event, err error) {
 		if err != nil {
 			return err
 		}
+		if err := b.specHidden(segs, h); err != nil { // drafters that read the target's state
+			return err
+		}
 		var last []int32 // the positions whose logits are sampled
 		start := 0
 		for _, s := range segs {

@@ -23,9 +23,14 @@ type rowSpec struct {
 	ctxToks []int32 // the prompt and every emitted token
 	dr      Draft   // the drafts of the pass being planned or run
 	rows    *tensor.Array
-	t0, t1  time.Time // the round's drafting started, ended
-	windows []int     // per layer: a paged layer's sliding window (0: none)
-	done    bool      // the statistics are final and the drafter closed
+	// hidden holds the round's final hidden states over the segment
+	// ([1, len(ids), D]) when the drafter is a TargetObserver
+	hidden  *tensor.Array
+	obs     TargetObserver  // the drafter, when it reads the target's state
+	pobs    PrefillObserver // the drafter, when it reads the prompt's too
+	t0, t1  time.Time       // the round's drafting started, ended
+	windows []int           // per layer: a paged layer's sliding window (0: none)
+	done    bool            // the statistics are final and the drafter closed
 }
 
 // specChunk is the largest write one speculative round of o makes (the
@@ -53,6 +58,8 @@ func (b *Batch) specStart(r *Row) error {
 		return errors.New("generate: the draft source factory returned no drafter")
 	}
 	sp := &rowSpec{run: newSpecRun(r.q, d), ctxToks: slices.Clone(r.prompt)}
+	sp.obs, _ = d.(TargetObserver)
+	sp.pobs, _ = d.(PrefillObserver)
 	if r.need != nil { // pool caches: their windows are the model's layout's
 		specs, err := PoolLayout(b.m)
 		if err != nil {
@@ -154,6 +161,67 @@ func (cs *cacheSnap) takeWindows(caches []kv.Cache, n int, windows []int) {
 	}
 }
 
+// specHidden hands the pass's final hidden states h ([1, tokens, D]) to
+// the drafters that read them: a prefill chunk's to a PrefillObserver at
+// once, a round's segment kept for its TargetObserver (specResult). It
+// runs inside the pass's StepRunner.
+func (b *Batch) specHidden(segs []segment, h *tensor.Array) error {
+	start := 0
+	for _, s := range segs {
+		at := start
+		start += len(s.ids)
+		sp := s.r.spec
+		if sp == nil || sp.obs == nil {
+			continue
+		}
+		if !s.logits {
+			if sp.pobs != nil {
+				if err := sp.pobs.ObservePrefill(tensor.SliceAxis(h, 1, at, at+len(s.ids)), len(s.r.q.cacheToks)); err != nil {
+					return fmt.Errorf("generate: draft source: %w", err)
+				}
+			}
+			continue
+		}
+		hs := tensor.SliceAxis(h, 1, at, at+len(s.ids))
+		tensor.Eval(hs)
+		tensor.Detach(hs)
+		tensor.Free(sp.hidden)
+		sp.hidden = hs
+	}
+	return nil
+}
+
+// specObserve gives a TargetObserver drafter the round's hidden states
+// once the row's caches are rolled back: a prompt end riding along (pre)
+// as prefill, then the round's own positions.
+func (b *Batch) specObserve(s segment, drop int, restored bool) error {
+	sp := s.r.spec
+	h := sp.hidden
+	sp.hidden = nil
+	if sp.obs == nil || h == nil {
+		tensor.Free(h)
+		return nil
+	}
+	defer h.Free()
+	return b.onBackend(func() error {
+		sc := tensor.NewScope()
+		defer sc.Close()
+		n := len(s.ids)
+		if s.pre > 0 && sp.pobs != nil {
+			at := len(s.r.q.cacheToks) - n // the segment's first position (cacheToks still ends with the whole segment)
+			if restored {
+				at = -1
+			}
+			if at >= 0 {
+				if err := sp.pobs.ObservePrefill(tensor.SliceAxis(h, 1, 0, s.pre), at); err != nil {
+					return err
+				}
+			}
+		}
+		return sp.obs.Observe(tensor.SliceAxis(h, 1, s.pre, n), n-s.pre-1-drop, s.r.caches, restored)
+	})
+}
+
 // specKeep keeps the row's verified positions' logits (n rows of logits
 // from row first on, lazy) past the pass's scope, evaluated.
 func (r *Row) specKeep(sc *tensor.Scope, logits *tensor.Array, first, n int) {
@@ -210,6 +278,9 @@ func (b *Batch) specResult(s segment, now time.Time, events []Event) []Event {
 	if replay >= 0 {
 		run.st.Restores++
 	}
+	if err := b.specObserve(s, drop, replay >= 0); err != nil {
+		return b.end(r, StopError, fmt.Errorf("generate: draft source: %w", err), events)
+	}
 	q.cacheToks = q.cacheToks[:len(q.cacheToks)-drop]
 	var in []int32
 	if replay >= 0 { // restored: the kept tokens are fed again
@@ -265,5 +336,7 @@ func (r *Row) specClose() {
 		sp.rows.Free()
 		sp.rows = nil
 	}
+	tensor.Free(sp.hidden)
+	sp.hidden = nil
 	sp.run.finishStats(r.q)
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/model"
+	"github.com/mlxgo/mlxgo/sampler"
 	"github.com/mlxgo/mlxgo/tensor/tensortest"
 )
 
@@ -154,4 +156,80 @@ func runBatchStats(t *testing.T, m generate.Model, reqs []request, bo generate.B
 	}
 	t.Fatal("batch did not finish in 10000 steps")
 	return nil, generate.BatchStats{}
+}
+
+// TestBatchSpecTargetDrafters: rows drafting from the target's own state
+// — the Gemma 4 assistant over gemma4_dense, the MTP heads of the
+// DeepSeek-V3 and Qwen3-Next fixtures — in a batch beside a plain row,
+// over contiguous caches and a paged pool, each deliver their solo plain
+// greedy output exactly (tokens and logprob bits), and draft.
+func TestBatchSpecTargetDrafters(t *testing.T) {
+	t.Cleanup(tensortest.NoLeaks(t))
+	type tc struct {
+		target  string
+		drafter func(t *testing.T, lm model.Model) func(generate.DraftInfo) (generate.Drafter, error)
+	}
+	mtp := func(t *testing.T, lm model.Model) func(generate.DraftInfo) (generate.Drafter, error) {
+		p, ok := lm.(*model.Loaded).MTP()
+		if !ok {
+			t.Fatal("no MTP head")
+		}
+		return func(info generate.DraftInfo) (generate.Drafter, error) { return generate.NewMTPDrafter(p, info) }
+	}
+	cases := []tc{
+		{"gemma4_dense", func(t *testing.T, lm model.Model) func(generate.DraftInfo) (generate.Drafter, error) {
+			am, err := model.Load(filepath.Join(fixtures, "gemma4_assistant", "tied"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { am.Close() })
+			a := am.(*model.Loaded).Arch().(*model.Gemma4Assistant)
+			g := lm.(*model.Loaded).Arch().(*model.Gemma4)
+			return func(info generate.DraftInfo) (generate.Drafter, error) { return generate.NewAssistantDrafter(a, g, info) }
+		}},
+		{"deepseek_v3_mtp", mtp},
+		{"qwen3_next_mtp", mtp},
+	}
+	for ci, c := range cases {
+		for _, paged := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/paged=%v", c.target, paged), func(t *testing.T) {
+				lm, err := model.Load(filepath.Join(fixtures, c.target, "f32"), nil)
+				if err != nil {
+					t.Skipf("fixture: %v", err)
+				}
+				defer lm.Close()
+				m := generate.Wrap(lm, lm.Info().Vocab)
+				factory := c.drafter(t, lm)
+				r := rand.New(rand.NewPCG(uint64(ci), 3))
+				reqs := make([]request, 4)
+				for i := range reqs {
+					p := repetitive(randomIDs(r, m.VocabSize(), 14))
+					o := generate.Options{MaxTokens: 12 + r.IntN(8), Sampler: sampler.Params{Logprobs: true}, PrefillChunkSize: []int{5, 2048}[i%2]}
+					if i != 3 {
+						o.Speculation = &generate.Speculation{NumDraft: 1 + i, Drafter: factory}
+					}
+					reqs[i] = request{prompt: p, o: o, join: i}
+				}
+				bo := generate.BatchOptions{MaxRows: 4, TokenBudget: 24}
+				if paged {
+					pool := poolFor(t, m, 4, 64)
+					defer pool.Free()
+					bo.Pool = pool
+				}
+				got, _ := runBatchStats(t, m, reqs, bo)
+				drafted := 0
+				for i, q := range reqs {
+					alone := q.o
+					alone.Speculation = nil
+					sameAsSolo(t, c.target, i, got[i].solo, runSolo(t, m, q.prompt, alone))
+					if s := got[i].stats.Speculation; s != nil {
+						drafted += s.Drafted
+					}
+				}
+				if drafted == 0 {
+					t.Error("no row drafted")
+				}
+			})
+		}
+	}
 }

@@ -10,10 +10,9 @@ import (
 )
 
 // TargetObserver is a Drafter that drafts from the target's own state (a
-// Gemma 4 assistant, an MTP head): after every round's rollback a lone
-// Stream gives it the round's final hidden states and the caches. A
-// Batch gives it none, so there it drafts nothing (its rows decode
-// plainly).
+// Gemma 4 assistant, an MTP head): after every round's rollback the
+// verifier (a lone Stream's, or a Batch row's) gives it the round's final
+// hidden states and the sequence's caches.
 type TargetObserver interface {
 	Drafter
 	// Observe is given the round's final hidden states ([1, T, D], one per

@@ -403,6 +403,25 @@ func (s *Server) handleAdapter(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, adapterDeleted{ID: id, Object: "adapter", Deleted: true, InUse: inUse})
 }
 
+// mediaBase is the model a media job's passes run through on the serial
+// way: the media model's Base, or, for a job with adapters, the view of
+// the adapters' model applying the job's set — the towers run unadapted
+// and their embeddings merge into the text model, which the adapters
+// adapt. A media model that is not a view of the adapters' model takes
+// no adapters (400).
+func (s *Server) mediaBase(mm MediaModel, set []string) (model.Model, error) {
+	base := mm.Base()
+	if len(set) == 0 {
+		return base, nil
+	}
+	lm, ok := base.(*lora.Model)
+	if h := s.eng.adapters; !ok || h == nil || lm.Host() != h.m.Host() {
+		return nil, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", param: "adapter", code: "adapter_unsupported",
+			message: "LoRA adapters do not combine with image or audio input on this server (its multimodal model is not the model the adapters are mounted on)"}
+	}
+	return lm.With(lora.Selection{Set: set}), nil
+}
+
 // modelAdapters is /v1/models' adapters member (nil without a host).
 func (s *Server) modelAdapters() []adapterInfo {
 	if s.eng.adapters == nil {

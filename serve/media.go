@@ -408,6 +408,10 @@ func (l *batchLane) addMedia(j *job, opts *generate.Options) (*generate.Row, fun
 
 func (s *Server) runMedia(j *job, pm *planMedia) (res outcome) {
 	res.lane = "serial"
+	base, err := s.mediaBase(pm.mm, j.opts.Adapters)
+	if err != nil {
+		return outcome{err: err, lane: "serial"}
+	}
 	zero := 0
 	j.out.push(event{cached: &zero})
 	var enc []*model.Medium
@@ -428,7 +432,6 @@ func (s *Server) runMedia(j *job, pm *planMedia) (res outcome) {
 		enc = append(enc, m)
 		spans[i] = model.MediaSpan{Start: pm.starts[i], Embeds: m.Embeds}
 	}
-	base := pm.mm.Base()
 	info := base.Info()
 	prm, err := model.NewPromptMedia(s.cfg.Backend, len(j.prompt), info.Hidden, info.DType, spans, pm.mm.Media().Tokens.Pad)
 	if err != nil {
@@ -436,9 +439,6 @@ func (s *Server) runMedia(j *job, pm *planMedia) (res outcome) {
 	}
 	defer prm.Free()
 	opts := j.opts
-	if len(opts.Adapters) > 0 {
-		return outcome{err: badRequest("adapter", "LoRA adapters do not combine with image or audio input"), lane: "serial"}
-	}
 	opts.Caches, opts.OnPrefillDone, opts.Speculation = nil, nil, nil
 	opts.PrefillChunkSize = prm.PrefillChunk(opts.PrefillChunkSize) // an image's bidirectional block stays in one pass
 	st, stopStr, stopped, err := s.streamJob(j.ctx, j, generate.Wrap(prm.Wrap(base), info.Vocab), &opts)

@@ -107,7 +107,10 @@ type Config struct {
 	// none. Model, when nil or a plain generate.Model (a view of the same
 	// loaded model), becomes NewAdapterModel(Adapters); a multimodal
 	// Model is kept, and its batched lane refuses adapter requests (it
-	// runs no per-row sets).
+	// runs no per-row sets). On the serial lane (Batch 1) image and audio
+	// requests may name adapters when the MediaModel's Base is a view of
+	// Adapters (lora.Model.With): the towers run unadapted, the text
+	// model with the request's set.
 	Adapters *lora.Model
 	// ModelID is the name /v1/models reports; requests may name it, one
 	// of Aliases, or leave model empty. Any other name is a 404.

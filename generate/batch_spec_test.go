@@ -233,3 +233,31 @@ func TestBatchSpecTargetDrafters(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchSpecGrammar: a speculative row with a grammar (drafts made
+// without the mask, the mask applied in the accept walk) decodes in a
+// batch beside other rows what the request decodes alone without
+// speculation, ending on the grammar.
+func TestBatchSpecGrammar(t *testing.T) {
+	t.Cleanup(tensortest.NoLeaks(t))
+	g := readGolden(t, "gemma4_dense")
+	m := loadModel(t, filepath.Join(fixtures, "gemma4_dense", "f32"), nil)
+	prompt := repetitive(g.Prompt)
+	allowed := []int{int(prompt[3]), int(prompt[5]), 7, 100, 201}
+	opts := func(sp *generate.Speculation) generate.Options {
+		return generate.Options{MaxTokens: 30, Grammar: &allowGrammar{allowed: allowed, n: 25}, Speculation: sp, Sampler: sampler.Params{Logprobs: true}}
+	}
+	want := runSolo(t, m, prompt, opts(nil))
+	reqs := []request{
+		{prompt: prompt, o: opts(&generate.Speculation{Lookup: true, NumDraft: 4})},
+		{prompt: g.Prompt, o: generate.Options{MaxTokens: 20, Sampler: sampler.Params{Logprobs: true}}, join: 1},
+		{prompt: prompt, o: opts(&generate.Speculation{Lookup: true, NumDraft: 2}), join: 2},
+	}
+	got, _ := runBatchStats(t, m, reqs, generate.BatchOptions{MaxRows: 3, TokenBudget: 64})
+	sameAsSolo(t, "grammar", 0, got[0].solo, want)
+	sameAsSolo(t, "grammar", 2, got[2].solo, want)
+	sameAsSolo(t, "plain", 1, got[1].solo, runSolo(t, m, g.Prompt, reqs[1].o))
+	if got[0].reason != generate.StopGrammar || got[0].stats.Speculation == nil || got[0].stats.Speculation.Drafted == 0 {
+		t.Errorf("grammar row: %s, stats %+v", got[0].reason, got[0].stats.Speculation)
+	}
+}

@@ -207,8 +207,8 @@ func (pt *turboPart) merge(b *turboPart, dv int) {
 
 // turboScratch is one attend call's panels, pooled across calls.
 type turboScratch struct {
-	qa, kp, vp, sc, pa, at, kc, ks []float32
-	qpos, mrow                     []int
+	qa, kp, vp, sc, pa, at, kc, ks, sm []float32
+	qpos, mrow                         []int
 }
 
 var turboScratchPool sync.Pool
@@ -235,6 +235,7 @@ func (p *turboPlan) scratch(nrp int) *turboScratch {
 	s.at = growF32(s.at, nrp*dvp)
 	s.kc = growF32(s.kc, p.dk)
 	s.ks = growF32(s.ks, 2*(p.dk/p.l.Group))
+	s.sm = growF32(s.sm, 16*(p.dk/p.l.Group))
 	if cap(s.qpos) < nrp {
 		s.qpos, s.mrow = make([]int, nrp), make([]int, nrp)
 	}
@@ -288,17 +289,35 @@ func (p *turboPlan) attend(bi, kvh, r0, r1, j0, j1 int) turboPart {
 			clear(kp)
 			clear(vp)
 		}
+		n8 := 0 // keys dequantized eight at a time
+		if hasAVX2 && p.l.KeyBits == 8 {
+			n8 = n &^ 7
+			ks := p.k.strides[2]
+			for j8 := 0; j8 < n8; j8 += 8 {
+				for i := range 8 {
+					meta := kdata[kbase+(jb+j8+i)*ks+dk:]
+					for gi := range dk / g {
+						s.sm[16*gi+i] = tensor.F16ToF32(uint16(meta[4*gi]) | uint16(meta[4*gi+1])<<8)
+						s.sm[16*gi+8+i] = tensor.F16ToF32(uint16(meta[4*gi+2]) | uint16(meta[4*gi+3])<<8)
+					}
+				}
+				turboKeys8Y(&kp[j8/32*32*dk+j8%32], &kdata[kbase+(jb+j8)*ks], ks, &s.sm[0], dk)
+			}
+		}
 		for j := range n {
 			krow := kdata[kbase+(jb+j)*p.k.strides[2]:][:kb]
 			pan := kp[j/32*32*dk+j%32:]
-			if p.l.KeyBits == 8 { // the default scheme's keys: codes are the bytes
+			if j < n8 {
+				// done above
+			} else if p.l.KeyBits == 8 { // the default scheme's keys: codes are the bytes
 				meta := krow[dk:]
 				for gi := range dk / g {
 					sg := tensor.F16ToF32(uint16(meta[4*gi]) | uint16(meta[4*gi+1])<<8)
 					mg := tensor.F16ToF32(uint16(meta[4*gi+2]) | uint16(meta[4*gi+3])<<8)
 					codes, out := krow[gi*g:(gi+1)*g], pan[gi*g*32:]
 					for t, c := range codes {
-						out[t*32] = float32(int8(c))*sg + mg
+						// rounded apart (no fused multiply-add), as turboKeys8Y does
+						out[t*32] = float32(float32(int8(c))*sg) + mg
 					}
 				}
 			} else if p.l.KeyBits == 4 { // two unsigned codes a byte, low nibble first

@@ -6,12 +6,30 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/mlxgo/mlxgo/mlxffi/mlxtest"
 )
 
 // TestGenerateExpertOffload: every MoE fixture generates the resident
 // run's greedy ids with its experts streamed through a cache smaller than
-// a quarter of them, and --json reports the counters.
+// a quarter of them, and --json reports the counters, on the CPU backend
+// and on MLX (skipped without libmlxc).
 func TestGenerateExpertOffload(t *testing.T) {
+	for _, be := range []string{"cpu", "mlx"} {
+		t.Run(be, func(t *testing.T) {
+			if be == "mlx" {
+				mlxtest.OpenOrSkip(t)
+			}
+			expertOffload(t, be)
+		})
+	}
+	if code, _, _ := run(t, "generate", "--prompt-ids", "1", "--expert-offload", "--expert-cache-policy", "mru"); code != 2 {
+		t.Errorf("--expert-cache-policy mru: exit %d, want 2", code)
+	}
+}
+
+// expertOffload runs TestGenerateExpertOffload's fixtures on backend.
+func expertOffload(t *testing.T, backend string) {
 	for _, fx := range []string{"qwen3_moe/f32", "gemma4_moe/f32", "generic_glm4_moe/f32", "deepseek_v3/f32", "glm_moe_dsa/f32", "qwen3_5_moe/f32", "qwen3_next/f32"} {
 		dir := filepath.Join("..", "model", "testdata", fx)
 		if _, err := os.Stat(dir); err != nil {
@@ -33,7 +51,7 @@ func TestGenerateExpertOffload(t *testing.T) {
 			} `json:"stats"`
 		}
 		gen := func(extra ...string) result {
-			args := append([]string{"generate", "--model", dir, "--prompt-ids", "5,9,14,3,27,8", "--max-tokens", "8", "--ignore-eos", "--backend", "cpu", "--json"}, extra...)
+			args := append([]string{"generate", "--model", dir, "--prompt-ids", "5,9,14,3,27,8", "--max-tokens", "8", "--ignore-eos", "--backend", backend, "--json"}, extra...)
 			code, out, errOut := run(t, args...)
 			if code != 0 {
 				t.Fatalf("%s %v: exit %d: %s", fx, extra, code, errOut)
@@ -64,9 +82,6 @@ func TestGenerateExpertOffload(t *testing.T) {
 		if pl := gen("--expert-cache-bytes", itoa(probe.Stats.Experts.TotalBytes/5), "--expert-cache-policy", "per-layer", "--expert-prefetch"); !slices.Equal(pl.IDs, res.IDs) {
 			t.Errorf("%s: per-layer policy ids %v, resident %v", fx, pl.IDs, res.IDs)
 		}
-	}
-	if code, _, _ := run(t, "generate", "--prompt-ids", "1", "--expert-offload", "--expert-cache-policy", "mru"); code != 2 {
-		t.Errorf("--expert-cache-policy mru: exit %d, want 2", code)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mlxgo/mlxgo/mlxffi/mlxtest"
 	"github.com/mlxgo/mlxgo/tensor/safetensors"
 )
 
@@ -71,6 +72,45 @@ func TestFitJSON(t *testing.T) {
 	}
 	if code, _, _ := run(t, "fit", fitFixture, "--memory", "lots"); code != 2 {
 		t.Errorf("--memory lots: exit %d, want 2", code)
+	}
+}
+
+// TestFitProbe: fit's default prediction probes the checkpoint's kernels
+// on the CPU backend and on MLX (skipped without libmlxc), reporting each
+// term of the predicted step.
+func TestFitProbe(t *testing.T) {
+	if _, err := os.Stat(fitFixture); err != nil {
+		t.Skip("model/testdata/qwen3_moe fixture absent")
+	}
+	t.Setenv("MLXGO_CACHE_DIR", t.TempDir())
+	for _, be := range []string{"cpu", "mlx"} {
+		t.Run(be, func(t *testing.T) {
+			if be == "mlx" {
+				mlxtest.OpenOrSkip(t)
+			}
+			code, out, errOut := run(t, "fit", fitFixture, "--context", "64", "--backend", be, "--json")
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			var p struct {
+				TPS     float64            `json:"predicted_decode_tps"`
+				Terms   map[string]float64 `json:"predicted_step_seconds"`
+				Kernels []struct {
+					Key   string  `json:"key"`
+					Calls float64 `json:"calls"`
+				} `json:"decode_kernels"`
+			}
+			if err := json.Unmarshal([]byte(out), &p); err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			if p.TPS <= 0 || p.Terms["weights"] <= 0 || p.Terms["experts"] <= 0 || len(p.Kernels) == 0 || p.Kernels[0].Key == "" {
+				t.Errorf("plan %+v", p)
+			}
+			code, out, _ = run(t, "fit", fitFixture, "--backend", be)
+			if code != 0 || !strings.Contains(out, "probed step: ") {
+				t.Errorf("exit %d, table:\n%s", code, out)
+			}
+		})
 	}
 }
 

@@ -122,12 +122,19 @@ func (be *Backend) SDPATurbo(q, keys, values *tensor.Array, l tensor.TurboLayout
 	if w := workers(); heads < w && spans > 1 {
 		// decoding: every (head, span) in parallel, merged after
 		parts := make([]turboPart, heads*spans)
+		// one backing array for every part (rows ≤ turboRowBlock: heads are few here)
+		per := min(rows, turboRowBlock)
+		back := make([]float32, len(parts)*per*(2+dv))
+		for i := range parts {
+			parts[i] = newTurboPart(back[i*per*(2+dv):][:per*(2+dv)], dv)
+		}
 		parallelFor(len(parts), 1, func(lo, hi int) {
 			for it := lo; it < hi; it++ {
 				h, sp := it/spans, it%spans
 				r0, r1 := rowsOf(h)
 				j0, j1 := spanKeys(sp)
-				parts[it] = p.attend(h/(hkv*rowBlocks), h/rowBlocks%hkv, r0, r1, j0, j1)
+				parts[it].reset(r1 - r0)
+				p.attend(&parts[it], h/(hkv*rowBlocks), h/rowBlocks%hkv, r0, r1, j0, j1)
 			}
 		})
 		parallelFor(heads, 1, func(lo, hi int) {
@@ -145,10 +152,14 @@ func (be *Backend) SDPATurbo(q, keys, values *tensor.Array, l tensor.TurboLayout
 				r0, r1 := rowsOf(h)
 				bi, kvh := h/(hkv*rowBlocks), h/rowBlocks%hkv
 				j0, j1 := spanKeys(0)
-				acc := p.attend(bi, kvh, r0, r1, j0, j1)
+				back := make([]float32, 2*(r1-r0)*(2+dv))
+				acc, pt := newTurboPart(back[:len(back)/2], dv), newTurboPart(back[len(back)/2:], dv)
+				acc.reset(r1 - r0)
+				p.attend(&acc, bi, kvh, r0, r1, j0, j1)
 				for sp := 1; sp < spans; sp++ {
 					j0, j1 := spanKeys(sp)
-					pt := p.attend(bi, kvh, r0, r1, j0, j1)
+					pt.reset(r1 - r0)
+					p.attend(&pt, bi, kvh, r0, r1, j0, j1)
 					acc.merge(&pt, dv)
 				}
 				finish(h, &acc)
@@ -180,6 +191,22 @@ type turboPlan struct {
 type turboPart struct {
 	m, l []float32
 	acc  []float32 // rows × Dv
+}
+
+// newTurboPart lays a part of up to len(back)/(2+dv) rows over back.
+func newTurboPart(back []float32, dv int) turboPart {
+	n := len(back) / (2 + dv)
+	return turboPart{m: back[:n], l: back[n : 2*n], acc: back[2*n : n*(2+dv)]}
+}
+
+// reset empties the part for nr rows: no key seen yet.
+func (pt *turboPart) reset(nr int) {
+	dv := len(pt.acc) / len(pt.m)
+	pt.m, pt.l, pt.acc = pt.m[:nr], pt.l[:nr], pt.acc[:nr*dv]
+	for r := range pt.m {
+		pt.m[r], pt.l[r] = float32(math.Inf(-1)), 0
+	}
+	clear(pt.acc)
 }
 
 // merge folds the partial softmax of the next key span into pt (flash
@@ -250,13 +277,9 @@ func (p *turboPlan) scratch(nrp int) *turboScratch {
 // micro-kernel, whose every output element is one FMA chain over its
 // inner dimension: a row's result does not depend on the other rows of
 // the panel, and keys past a row's position (or padding) add exact zeros.
-func (p *turboPlan) attend(bi, kvh, r0, r1, j0, j1 int) turboPart {
+func (p *turboPlan) attend(pt *turboPart, bi, kvh, r0, r1, j0, j1 int) {
 	nr, dk, dv, g := r1-r0, p.dk, p.dv, p.l.Group
 	nrp, dvp := (nr+7)&^7, (dv+31)&^31
-	pt := turboPart{m: make([]float32, nr), l: make([]float32, nr), acc: make([]float32, nr*dv)}
-	for r := range pt.m {
-		pt.m[r] = float32(math.Inf(-1))
-	}
 	s := p.scratch(nrp)
 	defer turboScratchPool.Put(s)
 	// queries in 8-row panels: panel r holds, for each t < dk, rows 8r..8r+7
@@ -410,7 +433,6 @@ func (p *turboPlan) attend(bi, kvh, r0, r1, j0, j1 int) turboPart {
 	for r := range nr {
 		copy(pt.acc[r*dv:(r+1)*dv], at[r*dvp:r*dvp+dv])
 	}
-	return pt
 }
 
 // turboUnpack8 reads the 8 b-bit codes held in the b bytes at src.

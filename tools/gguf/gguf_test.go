@@ -256,8 +256,8 @@ func TestConvertTinyLlama(t *testing.T) {
 				t.Fatalf("token %d is %q, want %q", i, toks[i], p)
 			}
 		}
-		if types[0] != int32(tokUnknown) || types[1] != int32(tokControl) || types[3+10] != int32(tokByte) || types[300] != int32(tokNormal) {
-			t.Errorf("token types %v %v %v %v", types[0], types[1], types[13], types[300])
+		if types[0] != int32(tokUnknown) || types[1] != int32(tokControl) || types[2] != int32(tokControl) || types[300] != int32(tokNormal) {
+			t.Errorf("token types %v %v %v %v", types[0], types[1], types[2], types[300])
 		}
 		if n := len(h.Tensors); n != 3+9*s.Layers {
 			t.Fatalf("%d tensors, want %d", n, 3+9*s.Layers)
@@ -388,5 +388,28 @@ func TestInfo(t *testing.T) {
 	}
 	if err := run([]string{"nope"}, io.Discard); err == nil {
 		t.Error("an unknown command was accepted")
+	}
+}
+
+func TestReadVocabTypes(t *testing.T) {
+	dir := t.TempDir()
+	tj := `{"model":{"type":"BPE","unk_token":"<unk>","vocab":{"<unk>":0,"<0x0A>":1,"a":2}},
+		"added_tokens":[{"id":3,"content":"<|end|>","special":true}]}`
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), []byte(tj), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v, err := readVocab(dir, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTok := []string{"<unk>", "<0x0A>", "a", "<|end|>", "<pad_4>"}
+	wantType := []int32{tokUnknown, tokByte, tokNormal, tokControl, tokUnused}
+	for i := range wantTok {
+		if v.tokens[i] != wantTok[i] || v.types[i] != wantType[i] {
+			t.Errorf("id %d: %q type %d, want %q type %d", i, v.tokens[i], v.types[i], wantTok[i], wantType[i])
+		}
+	}
+	if _, err := readVocab(dir, 3); err == nil {
+		t.Error("an added token past the vocabulary size was accepted")
 	}
 }

@@ -46,6 +46,7 @@ func run(args []string, stdout io.Writer) error {
 		out := fs.String("out", "", "folder to write")
 		seed := fs.Uint64("seed", 1, "seed of the weights")
 		shape := fs.String("shape", "1b", "1b (the benchmarks' shape) or tiny (for tests)")
+		vocab := fs.Int("vocab", 0, "vocabulary size instead of the shape's")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
@@ -59,6 +60,9 @@ func run(args []string, stdout io.Writer) error {
 			s = tinyShape
 		default:
 			return fmt.Errorf("random-llama: -shape %q: want 1b or tiny", *shape)
+		}
+		if *vocab != 0 {
+			s.Vocab = *vocab
 		}
 		return WriteRandomLlama(*out, s, *seed)
 	case "convert":

@@ -309,6 +309,9 @@ func ConvertLlama(dir, out string, opt ConvertOptions) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
 	return os.Rename(tmp.Name(), out)
 }
 

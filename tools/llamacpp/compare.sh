@@ -20,6 +20,7 @@
 #   WORK [/tmp/mlxgo-vs-llamacpp]  ROUNDS [3]  THREADS ["2"]  QUANTS ["4 8"]
 #   PP [512]  TG [128]  SERVE_ROUNDS [2]  SERVE_PROMPT [256]  SERVE_TOKENS [128]
 #   SERVE_REQUESTS [16]  CONCURRENCY [8]  PIN (e.g. "taskset -c 0,1")
+#   TIME_BIN [/usr/bin/time]: GNU time, for peak RSS
 #   MLXGO_BINS: a folder with prebuilt mlxgo, gguf and loadclient (for a host
 #   without Go); otherwise they are built from this checkout.
 set -euo pipefail
@@ -35,8 +36,9 @@ for b in llama-bench llama-quantize llama-server; do
 		exit 0
 	fi
 done
-if [[ ! -x /usr/bin/time ]]; then
-	echo "SKIP: /usr/bin/time (GNU time, for peak RSS) is not installed"
+TIME_BIN=${TIME_BIN:-/usr/bin/time}
+if [[ ! -x $TIME_BIN ]]; then
+	echo "SKIP: $TIME_BIN (GNU time, for peak RSS) is not installed; set TIME_BIN"
 	exit 0
 fi
 
@@ -93,8 +95,8 @@ record() { printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"$results"; }
 
 llama_bench_run() { # QUANT THREADS ROUND
 	local q=$1 t=$2 r=$3 log=$WORK/log/llama-q$1-t$2-r$3
-	$PIN /usr/bin/time -v -o "$log.pp.time" "$LLAMACPP_BIN/llama-bench" -m "$WORK/q${q}_0.gguf" -t "$t" -p "$PP" -n 0 -r 1 -o jsonl >"$log.pp.json" 2>"$log.pp.err"
-	$PIN /usr/bin/time -v -o "$log.tg.time" "$LLAMACPP_BIN/llama-bench" -m "$WORK/q${q}_0.gguf" -t "$t" -p 0 -n "$TG" -d "$PP" -r 1 -o jsonl >"$log.tg.json" 2>"$log.tg.err"
+	$PIN "$TIME_BIN" -v -o "$log.pp.time" "$LLAMACPP_BIN/llama-bench" -m "$WORK/q${q}_0.gguf" -t "$t" -p "$PP" -n 0 -r 1 -o jsonl >"$log.pp.json" 2>"$log.pp.err"
+	$PIN "$TIME_BIN" -v -o "$log.tg.time" "$LLAMACPP_BIN/llama-bench" -m "$WORK/q${q}_0.gguf" -t "$t" -p 0 -n "$TG" -d "$PP" -r 1 -o jsonl >"$log.tg.json" 2>"$log.tg.err"
 	record llama.cpp "$q" "$t" prefill_tps "$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["avg_ts"])' "$log.pp.json")"
 	record llama.cpp "$q" "$t" decode_tps "$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["avg_ts"])' "$log.tg.json")"
 	record llama.cpp "$q" "$t" peak_rss_mb "$(($(peak_kb "$log.tg.time") > $(peak_kb "$log.pp.time") ? $(peak_kb "$log.tg.time") / 1024 : $(peak_kb "$log.pp.time") / 1024))"
@@ -102,7 +104,7 @@ llama_bench_run() { # QUANT THREADS ROUND
 
 mlxgo_bench_run() { # QUANT THREADS ROUND
 	local q=$1 t=$2 r=$3 log=$WORK/log/mlxgo-q$1-t$2-r$3
-	GOMAXPROCS=$t $PIN /usr/bin/time -v -o "$log.time" "$bins/mlxgo" bench --model "$WORK/mlx$q" -p "$PP" -g "$TG" -n 1 --json >"$log.json" 2>"$log.err"
+	GOMAXPROCS=$t $PIN "$TIME_BIN" -v -o "$log.time" "$bins/mlxgo" bench --model "$WORK/mlx$q" -p "$PP" -g "$TG" -n 1 --json >"$log.json" 2>"$log.err"
 	record mlxgo "$q" "$t" prefill_tps "$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["trials"][0]["prompt_tps"])' "$log.json")"
 	record mlxgo "$q" "$t" decode_tps "$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["trials"][0]["generation_tps"])' "$log.json")"
 	record mlxgo "$q" "$t" peak_rss_mb "$(($(peak_kb "$log.time") / 1024))"
@@ -120,10 +122,10 @@ wait_ready() { # URL PID: until URL answers 200 or the server exits (at most 300
 serve_run() { # ENGINE ROUND
 	local e=$1 r=$2 port=$((18080 + RANDOM % 1000)) log=$WORK/log/serve-$1-r$2 pid
 	if [[ $e == llama.cpp ]]; then
-		$PIN /usr/bin/time -v -o "$log.time" "$LLAMACPP_BIN/llama-server" -m "$WORK/q4_0.gguf" -t 2 -tb 2 --parallel "$CONCURRENCY" \
+		$PIN "$TIME_BIN" -v -o "$log.time" "$LLAMACPP_BIN/llama-server" -m "$WORK/q4_0.gguf" -t 2 -tb 2 --parallel "$CONCURRENCY" \
 			-c $((CONCURRENCY * (SERVE_PROMPT + SERVE_TOKENS + 64))) --host 127.0.0.1 --port "$port" >"$log.err" 2>&1 &
 	else
-		GOMAXPROCS=2 $PIN /usr/bin/time -v -o "$log.time" "$bins/mlxgo" serve --model "$WORK/mlx4" --batch "$CONCURRENCY" \
+		GOMAXPROCS=2 $PIN "$TIME_BIN" -v -o "$log.time" "$bins/mlxgo" serve --model "$WORK/mlx4" --batch "$CONCURRENCY" \
 			--host 127.0.0.1 --port "$port" >"$log.err" 2>&1 &
 	fi
 	pid=$!

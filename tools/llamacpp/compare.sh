@@ -30,7 +30,9 @@ if [[ -z "${LLAMACPP_BIN:-}" ]]; then
 	echo "SKIP: LLAMACPP_BIN is not set (a folder with llama-bench, llama-quantize and llama-server built from llama.cpp's source)"
 	exit 0
 fi
-for b in llama-bench llama-quantize llama-server; do
+need="llama-bench llama-quantize"
+[[ $mode == serve || $mode == all ]] && need="$need llama-server"
+for b in $need; do
 	if [[ ! -x "$LLAMACPP_BIN/$b" ]]; then
 		echo "SKIP: $LLAMACPP_BIN/$b is missing"
 		exit 0

@@ -160,12 +160,12 @@ func gatherSlots(lp *layerPool, i int, table []int32, spans []span) *tensor.Arra
 // to tensor.ScaledDotProductAttentionPaged, which reads the blocks through
 // the table (in place on the CPU backend; other backends gather them) and
 // equals SDPA on the gathered keys and values bit for bit. Quantized
-// layers gather their packed parts into contiguous arrays and run
-// quantizedAttention on them: correct and bit-identical to the contiguous
-// quantized cache, but a copy of the context per call until a block-table
-// quantized kernel exists. TurboQuant layers gather their codes and run
-// turboAttention on them (pagedTurboAttention), bit-identical to the
-// contiguous TurboQuant cache.
+// layers run quantizedAttention's products on their blocks through the
+// table (pagedQuantizedAttention; a wrapped ring's slots are gathered
+// into temporal order first), bit-identical to the contiguous quantized
+// cache. TurboQuant layers gather their codes and run turboAttention on
+// them (pagedTurboAttention), bit-identical to the contiguous TurboQuant
+// cache.
 func pagedAttention(q *tensor.Array, p *PagedKV, o tensor.SDPAOptions) *tensor.Array {
 	if p.lp.turbo() {
 		return pagedTurboAttention(q, p, o)
@@ -184,9 +184,27 @@ func pagedAttention(q *tensor.Array, p *PagedKV, o tensor.SDPAOptions) *tensor.A
 		throwf("Attention", tensor.ErrArgument, "attention sinks with a quantized cache")
 	}
 	res := tensor.WithScope(func() []*tensor.Array {
-		return []*tensor.Array{quantizedAttention(q, p.lp.c.kv(p.Gather()).Quant, o)}
+		if p.order != nil { // a wrapped ring: its slots in temporal order
+			return []*tensor.Array{quantizedAttention(q, p.lp.c.kv(p.Gather()).Quant, o)}
+		}
+		return []*tensor.Array{pagedQuantizedAttention(q, p, o)}
 	})
 	return res[0]
+}
+
+// pagedQuantizedAttention is quantizedAttention over an affine-quantized
+// layer's blocks: both products read the packed blocks through the table
+// (tensor.QuantizedMatmulPaged: in place on the CPU backend, gathered on
+// others), bit for bit the contiguous quantized cache's result.
+func pagedQuantizedAttention(q *tensor.Array, p *PagedKV, o tensor.SDPAOptions) *tensor.Array {
+	parts, c := p.lp.parts, p.lp.c
+	return quantizedAttend(q, parts[0].Dim(1), o,
+		func(qs *tensor.Array) *tensor.Array {
+			return tensor.QuantizedMatmulPaged(qs, parts[0], parts[1], parts[2], p.Table, p.Len, true, c.groupSize, c.bits)
+		},
+		func(pr *tensor.Array) *tensor.Array {
+			return tensor.QuantizedMatmulPaged(pr, parts[3], parts[4], parts[5], p.Table, p.Len, false, c.groupSize, c.bits)
+		})
 }
 
 // ---- writes ----

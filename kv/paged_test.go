@@ -134,7 +134,9 @@ func pagedBitExact(t *testing.T, trials int, blockSizes []int) {
 func pagedTrial(t *testing.T, kind pagedKind, dt tensor.DType, bs int, seed uint64) {
 	r := rand.New(rand.NewPCG(11, seed))
 	s := &stream{r: r, hq: 4, hkv: 2, d: 32, dv: 64, dt: dt}
-	if kind.spec.Turbo.KeyBits != 0 { // head dims TurboQuant takes
+	if kind.spec.Turbo.KeyBits != 0 || kind.spec.Quant.Bits != 0 {
+		// head dims TurboQuant takes, and that the CPU backend's paged
+		// quantized products read in place (keys whole 64-code blocks)
 		s.d, s.dv = 64, 128
 	}
 	pool, err := NewPool(PoolConfig{BlockSize: bs, Blocks: 4096, Layers: []LayerSpec{kind.spec}})

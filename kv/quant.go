@@ -15,11 +15,26 @@ import (
 // their KV head by viewing q as [B, Hkv, rep·L, D] (mlx-lm broadcasts a
 // [B, Hkv, rep, L, D] view instead; the result is the same).
 func quantizedAttention(q *tensor.Array, kv *QuantKV, o tensor.SDPAOptions) *tensor.Array {
+	k, v := kv.Keys, kv.Values
+	return quantizedAttend(q, k.W.Dim(1), o,
+		func(qs *tensor.Array) *tensor.Array {
+			return tensor.QuantizedMatmul(qs, k.W, k.Scales, k.Biases, true, kv.GroupSize, kv.Bits)
+		},
+		func(p *tensor.Array) *tensor.Array {
+			return tensor.QuantizedMatmul(p, v.W, v.Scales, v.Biases, false, kv.GroupSize, kv.Bits)
+		})
+}
+
+// quantizedAttend is quantizedAttention's arithmetic with the two products
+// given: scores(qs) is qs @ Kᵀ for qs [B, Hkv, rep·L, D], values(p) is p @
+// V for the probabilities [B, Hkv, rep·L, Tk]; hkv is the number of KV
+// heads. The contiguous cache runs them on its packed arrays, the paged
+// pool on its blocks (pagedQuantizedAttention).
+func quantizedAttend(q *tensor.Array, hkv int, o tensor.SDPAOptions, scoresOf, valuesOf func(*tensor.Array) *tensor.Array) *tensor.Array {
 	if q.NDim() != 4 {
 		throwf("Attention", tensor.ErrShape, "queries %v (want [B, H, L, D])", q.Shape())
 	}
 	b, hq, l, d := q.Dim(0), q.Dim(1), q.Dim(2), q.Dim(3)
-	hkv := kv.Keys.W.Dim(1)
 	if hkv == 0 || hq%hkv != 0 {
 		throwf("Attention", tensor.ErrShape, "%d query heads for %d kv heads", hq, hkv)
 	}
@@ -33,8 +48,7 @@ func quantizedAttention(q *tensor.Array, kv *QuantKV, o tensor.SDPAOptions) *ten
 		// matrix, so each packed key and value row is decoded once per KV
 		// head rather than once per query head.
 		qs := tensor.Reshape(tensor.MulScalar(q, float64(scale)), b, hkv, rep*l, d)
-		k, v := kv.Keys, kv.Values
-		scores := tensor.QuantizedMatmul(qs, k.W, k.Scales, k.Biases, true, kv.GroupSize, kv.Bits)
+		scores := scoresOf(qs)
 		tk := scores.Dim(-1)
 		scores = tensor.Reshape(scores, b, hkv, rep, l, tk)
 		var mask *tensor.Array
@@ -61,7 +75,7 @@ func quantizedAttention(q *tensor.Array, kv *QuantKV, o tensor.SDPAOptions) *ten
 			}
 		}
 		p := tensor.Reshape(tensor.Softmax(scores, -1), b, hkv, rep*l, tk)
-		out := tensor.QuantizedMatmul(p, v.W, v.Scales, v.Biases, false, kv.GroupSize, kv.Bits)
+		out := valuesOf(p)
 		return []*tensor.Array{tensor.Reshape(out, b, hq, l, out.Dim(-1))}
 	})
 	return res[0]

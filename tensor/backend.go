@@ -244,6 +244,17 @@ type PagedAttention interface {
 	SDPAPaged(q, kPool, vPool *Array, table []int32, kvLen int, o SDPAOptions) *Array
 }
 
+// PagedQuantizedMatmul is implemented by backends that multiply by an
+// affine-quantized paged KV pool in place (QuantizedMatmulPaged gathers
+// the blocks otherwise). Arguments are checked by the caller and table
+// holds exactly the blocks of the kvLen positions; the result, of shape,
+// must equal QuantizedMatmul on the gathered matrix bit for bit. A backend
+// returns nil for a product it does not compute in place, and the caller
+// gathers.
+type PagedQuantizedMatmul interface {
+	QuantizedMatmulPaged(x, wPool, sPool, bPool *Array, table []int32, kvLen int, transpose bool, groupSize, bits int, shape []int) *Array
+}
+
 // MaskKind selects how SDPA masks scores.
 type MaskKind uint8
 

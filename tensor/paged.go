@@ -78,3 +78,58 @@ func gatherPaged(pool *Array, table []int32, n int) *Array {
 	seq := Reshape(SwapAxes(blocks, 0, 1), 1, h, len(table)*bs, d) // [1, H, nb·bs, D]
 	return Contiguous(SliceAxis(seq, 2, 0, n))
 }
+
+// QuantizedMatmulPaged is QuantizedMatmul against the affine-quantized
+// keys or values of a paged KV pool, one matrix per KV head: wPool is
+// [NumBlocks, H, BlockSize, D·bits/32] uint32 and sPool, bPool are
+// [NumBlocks, H, BlockSize, D/groupSize], and table lists the blocks of
+// positions 0..kvLen-1 in order, as for ScaledDotProductAttentionPaged.
+// x is [1, H, M, D] with transpose (scores: the result is [1, H, M,
+// kvLen]) or [1, H, M, kvLen] without (probabilities times values: [1, H,
+// M, D]). The result is bit for bit QuantizedMatmul on the gathered [1, H,
+// kvLen, …] matrices; backends that implement PagedQuantizedMatmul read the
+// blocks in place, others gather them first.
+func QuantizedMatmulPaged(x, wPool, sPool, bPool *Array, table []int32, kvLen int, transpose bool, groupSize, bits int) *Array {
+	const op = "QuantizedMatmulPaged"
+	sameBackend(op, x, wPool, sPool, bPool)
+	if x.NDim() != 4 || wPool.NDim() != 4 || sPool.NDim() != 4 || bPool.NDim() != 4 {
+		throw(op, ErrShape, "x %v, pools %v %v %v (want 4-D)", x.shape, wPool.shape, sPool.shape, bPool.shape)
+	}
+	if !slices.Contains(QuantBitsSupported, bits) || !slices.Contains(QuantGroupsSupported, groupSize) {
+		throw(op, ErrArgument, "group size %d, %d bits", groupSize, bits)
+	}
+	nb, h, bs, wpr := wPool.shape[0], wPool.shape[1], wPool.shape[2], wPool.shape[3]
+	d := wpr * 32 / bits
+	if bs == 0 || wpr*32%bits != 0 || x.shape[0] != 1 || x.shape[1] != h || d%groupSize != 0 ||
+		!slices.Equal(sPool.shape, []int{nb, h, bs, d / groupSize}) || !slices.Equal(bPool.shape, sPool.shape) {
+		throw(op, ErrShape, "x %v, pools %v %v %v disagree", x.shape, wPool.shape, sPool.shape, bPool.shape)
+	}
+	m := x.shape[2]
+	inner, outer := d, kvLen
+	if !transpose {
+		inner, outer = kvLen, d
+	}
+	if x.shape[3] != inner {
+		throw(op, ErrShape, "x %v for %d positions of dimension %d (transpose %v)", x.shape, kvLen, d, transpose)
+	}
+	used := (kvLen + bs - 1) / bs
+	if kvLen < 0 || used > len(table) {
+		throw(op, ErrArgument, "%d positions need %d blocks of %d, table has %d", kvLen, used, bs, len(table))
+	}
+	for i, b := range table[:used] {
+		if b < 0 || int(b) >= nb {
+			throw(op, ErrArgument, "table[%d] = %d outside the pool's %d blocks", i, b, nb)
+		}
+	}
+	if pq, ok := x.be.(PagedQuantizedMatmul); ok && kvLen > 0 {
+		if out := pq.QuantizedMatmulPaged(x, wPool, sPool, bPool, table[:used], kvLen, transpose, groupSize, bits, []int{1, h, m, outer}); out != nil {
+			return out
+		}
+	}
+	return WithScope(func() []*Array {
+		w := gatherPaged(wPool, table[:used], kvLen)
+		s := gatherPaged(sPool, table[:used], kvLen)
+		b := gatherPaged(bPool, table[:used], kvLen)
+		return []*Array{QuantizedMatmul(x, w, s, b, transpose, groupSize, bits)}
+	})[0]
+}

@@ -18,6 +18,36 @@ type qmat struct {
 	sdt        tensor.DType
 	rows, cols int
 	gs, bits   int
+	// pg, when set, places the rows in the blocks of a paged KV pool
+	// (words, sc and bi are then the whole pool's).
+	pg *qpage
+}
+
+// qpage maps the rows of one KV head's matrix to a paged pool: row r
+// (a position) is slot r mod bs of block table[r/bs], and the pool holds
+// heads matrices of bs rows per block.
+type qpage struct {
+	table       []int32
+	bs          int
+	heads, head int
+}
+
+// phys returns the storage row of row r.
+func (m *qmat) phys(r int) int {
+	if m.pg == nil {
+		return r
+	}
+	p := m.pg
+	return (int(p.table[r/p.bs])*p.heads+p.head)*p.bs + r%p.bs
+}
+
+// run returns how many rows from r on are stored one after another (all
+// of them for a plain matrix, the rest of r's block for a paged one).
+func (m *qmat) run(r int) int {
+	if m.pg == nil {
+		return m.rows - r
+	}
+	return m.pg.bs - r%m.pg.bs
 }
 
 // wordsPerRow and groups describe one row of m.
@@ -36,6 +66,7 @@ func (m *qmat) dims(transpose bool) (inner, outer int) {
 // rowScales converts the scales and biases of rows [lo, hi) to float32.
 func (m *qmat) rowScales(s, b []float32, lo, hi int) {
 	ng, es := m.groups(), m.sdt.Size()
+	lo, hi = m.phys(lo), m.phys(lo)+hi-lo // one run (see run)
 	toF32(s[:(hi-lo)*ng], m.sc[lo*ng*es:hi*ng*es], m.sdt)
 	toF32(b[:(hi-lo)*ng], m.bi[lo*ng*es:hi*ng*es], m.sdt)
 }
@@ -192,14 +223,15 @@ func (be *Backend) indexValues(idx *tensor.Array, shape []int) []int64 {
 	return v.Int64s()
 }
 
-// qmmRun computes one product of rows x rows (dense, dtype dt) into dst
-// (dense, dtype dt).
 // qmmStage recycles qmmRun's float32 staging (x widened, the output
 // before narrowing): a decode step makes several hundred such calls, and
 // fresh zeroed slices of up to rows × vocabulary floats were a visible
 // share of a batched step.
 var qmmStage sizedScratch
 
+// qmmRun computes one product of rows x rows (dense, dtype dt) into dst
+// (dense, dtype dt). A paged w (w.pg set) must be one that qmmPagedUsable
+// accepts.
 func qmmRun(dst, xb []byte, dt tensor.DType, rows int, w qmat, transpose bool) {
 	inner, outer := w.dims(transpose)
 	xp := qmmStage.get(rows * inner)

@@ -75,8 +75,8 @@ func qmmNFast(out, x []float32, rows int, w qmat) {
 		for seg := s0; seg < s1; seg++ {
 			lo, hi := seg*qmmNSegment, min(kin, (seg+1)*qmmNSegment)
 			part := make([]float32, passes*blk)
-			for k0 := lo; k0 < hi; k0 += kc {
-				nk := min(kc, hi-k0)
+			for k0, nk := lo, 0; k0 < hi; k0 += nk {
+				nk = min(kc, hi-k0, w.run(k0)) // one stored run
 				w.rowScales(sv, bv, k0, k0+nk)
 				for p := range passes {
 					m0 := p * qmmNMaxRows
@@ -89,7 +89,7 @@ func qmmNFast(out, x []float32, rows int, w qmat) {
 					}
 					for cb := range nb {
 						g := cb * 32 / w.gs
-						qmmNKern(&wb[k0*ldw+cb*32*w.bits/8], ldw, &xt[0], &sv[g], &bv[g], 4*ng, nk, mr,
+						qmmNKern(&wb[w.phys(k0)*ldw+cb*32*w.bits/8], ldw, &xt[0], &sv[g], &bv[g], 4*ng, nk, mr,
 							&part[p*blk+cb*qmmNMaxRows*32], w.bits)
 					}
 				}

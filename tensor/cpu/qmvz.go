@@ -84,8 +84,8 @@ func qmvZ(out, x []float32, rows int, w qmat) {
 		bt := f[qmvaRowBlock*ng : 2*qmvaRowBlock*ng]
 		bp := f[2*qmvaRowBlock*ng : qmvaRowBlock*(2*ng+ngp)]
 		acc := f[qmvaRowBlock*(2*ng+ngp):]
-		for b0 := r0; b0 < r1; b0 += qmvaRowBlock {
-			b1 := min(b0+qmvaRowBlock, r1)
+		for b0, b1 := r0, r0; b0 < r1; b0 = b1 {
+			b1 = min(b0+qmvaRowBlock, r1, b0+w.run(b0)) // one stored run
 			w.rowScales(sv, bt, b0, b1)
 			for r := range b1 - b0 {
 				p := bp[r*ngp : (r+1)*ngp]
@@ -104,7 +104,7 @@ func qmvZ(out, x []float32, rows int, w qmat) {
 						flags |= 2
 					}
 					c0 := i0 * gpi * gs // first code of the chunk
-					kern(&wb[b0*bpr+c0*w.bits/8], bpr, &xl[m0*ldx+c0], 4*ldx, i1-i0, cpi,
+					kern(&wb[w.phys(b0)*bpr+c0*w.bits/8], bpr, &xl[m0*ldx+c0], 4*ldx, i1-i0, cpi,
 						&sv[i0*gpi], 4*ng, &bp[0], 4*ngp, nbv, &gx[m0*ngp], 4*ngp,
 						&acc[0], &out[m0*n+b0], 4*n, b1-b0, pfd, flags, nx)
 				}

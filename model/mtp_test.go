@@ -13,7 +13,7 @@ import (
 
 // mtpFixtures are the checkpoints with an MTP block
 // (tools/oracle/models_more.py's *_mtp variants).
-var mtpFixtures = []string{"deepseek_v3_mtp", "glm_moe_dsa_mtp", "qwen3_next_mtp"}
+var mtpFixtures = []string{"deepseek_v3_mtp", "glm_moe_dsa_mtp", "qwen3_next_mtp", "qwen3_5_mtp"}
 
 // mtpLogits runs the model over prompt and the MTP block over the pairs
 // (hidden_i, prompt_{i+1}) in chunks (0: at once, without a cache) and

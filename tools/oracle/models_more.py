@@ -192,6 +192,9 @@ def variants():
     add("qwen3_next_mtp", "Qwen3NextConfig",
         dict(hyb, **moe, num_hidden_layers=5, layer_types=HYBRID + ["full_attention"],
              mlp_only_layers=[], rope_parameters=rope_next))
+    add("qwen3_5_mtp", "Qwen3_5TextConfig",
+        dict(hyb, num_hidden_layers=5, layer_types=HYBRID + ["full_attention"], rope_parameters=rope35),
+        dict(hyb, num_hidden_layers=5, layer_types=HYBRID + ["full_attention"], rope_parameters=rope_next))
     return out
 
 
@@ -200,7 +203,7 @@ def variants():
 # it the way DeepSeek-V3 / GLM (model.layers.L.{enorm,hnorm,eh_proj,
 # shared_head.norm,...}) or Qwen3-Next (mtp.{fc,pre_fc_norm_embedding,
 # pre_fc_norm_hidden,layers.0,norm}) do.
-MTP = {"deepseek_v3_mtp": "deepseek", "glm_moe_dsa_mtp": "deepseek", "qwen3_next_mtp": "qwen"}
+MTP = {"deepseek_v3_mtp": "deepseek", "glm_moe_dsa_mtp": "deepseek", "qwen3_next_mtp": "qwen", "qwen3_5_mtp": "qwen"}
 
 
 def widen(torch, model, seed):
@@ -405,7 +408,18 @@ def build_mtp(torch, model, cfg, name, prompt, d, f32, seed):
         if isinstance(v, list):
             setattr(model.config, key, v[:L])
     ids = torch.tensor([prompt])
+    # the rotary embeddings the model's own attention layers get (Qwen3.5's
+    # multimodal rope builds them from its own position ids)
+    seen = {}
+
+    def grab(mod, args, kwargs):
+        if "position_embeddings" in kwargs and kwargs["position_embeddings"] is not None:
+            seen.setdefault("pe", kwargs["position_embeddings"])
+
+    hooks = [layer.register_forward_pre_hook(grab, with_kwargs=True) for layer in inner.layers]
     h = inner(ids, use_cache=False).last_hidden_state  # final-normed
+    for hk in hooks:
+        hk.remove()
     logits = model.lm_head(h)[0].float()
     g32 = greedy(torch, model, prompt, GREEDY)
     # the MTP block
@@ -413,7 +427,10 @@ def build_mtp(torch, model, cfg, name, prompt, d, f32, seed):
     e = inner.embed_tokens(ids[:, 1:])
     x = proj(torch.cat([norms["e"](e), norms["h"](h[:, :t])], dim=-1))
     pos = torch.arange(t)[None]
-    pe = inner.rotary_emb(x, pos)
+    if "pe" in seen:  # positions 0..t-1 are the prompt's first t
+        pe = tuple(a[..., :t, :] for a in seen["pe"])
+    else:
+        pe = inner.rotary_emb(x, pos)
     y = mtp_layer(hidden_states=x, attention_mask=causal_mask(torch, t), position_ids=pos,
                   past_key_values=None, use_cache=False, position_embeddings=pe)
     if isinstance(y, tuple):

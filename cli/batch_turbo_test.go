@@ -10,9 +10,10 @@ import (
 )
 
 // TestBatchTurboPaged: `mlxgo batch --kv-quant` on paged KV (the default)
-// stores TurboQuant blocks: with k8v8 every row's greedy tokens are plain
-// paged KV's, and the summary's kv_bytes_peak is smaller; k8v3 runs too,
-// smaller still.
+// stores TurboQuant blocks: each row's tokens are the same whether it
+// shares the batch with the others or runs alone (--max-batch 1), its
+// greedy tokens under k8v8 start as plain KV's, and the summary's
+// kv_bytes_peak shrinks from plain to k8v8 to k8v3.
 func TestBatchTurboPaged(t *testing.T) {
 	lines := []string{
 		`{"id":1,"prompt":"Call me Ishmael.","max_tokens":12}`,
@@ -55,9 +56,13 @@ func TestBatchTurboPaged(t *testing.T) {
 	}
 	plain, pp := batch()
 	k8v8, p8 := batch("--kv-quant", "turbo:k8v8")
-	_, p3 := batch("--kv-quant", "turbo")
-	for i := range plain {
-		if !slices.Equal(plain[i], k8v8[i]) {
+	k8v3, p3 := batch("--kv-quant", "turbo")
+	alone, _ := batch("--kv-quant", "turbo", "--max-batch", "1", "--token-budget", "16")
+	for i := range k8v3 {
+		if !slices.Equal(k8v3[i], alone[i]) || len(k8v3[i]) == 0 {
+			t.Errorf("row %d: k8v3 batched %v, alone %v", i, k8v3[i], alone[i])
+		}
+		if len(k8v8[i]) < 4 || len(plain[i]) < 4 || !slices.Equal(k8v8[i][:4], plain[i][:4]) {
 			t.Errorf("row %d: k8v8 %v, plain %v", i, k8v8[i], plain[i])
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlxgo/mlxgo/mlxffi/mlxtest"
 	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/model/demo"
 	"github.com/mlxgo/mlxgo/tensor"
@@ -114,8 +115,15 @@ func bench1B(b *testing.B) string {
 // argmax, read-back) after a 32-token prompt and 16 warm-up steps;
 // tok/s is the median token's (mean_tok/s the mean), ratio predicted ÷
 // measured (median).
+//
+// MLXGO_BENCH_BACKEND=mlx probes and decodes on MLX instead (skipped
+// without libmlxc).
 func BenchmarkFitPrediction(b *testing.B) {
-	b.Logf("cpu: %s, GOMAXPROCS %d", cpuModel(), runtime.GOMAXPROCS(0))
+	be := tensor.Default()
+	if os.Getenv("MLXGO_BENCH_BACKEND") == "mlx" {
+		be = mlxtest.UseAsDefault(b)
+	}
+	b.Logf("cpu: %s, GOMAXPROCS %d, backend %s", cpuModel(), runtime.GOMAXPROCS(0), be.Name())
 	models := []struct {
 		name string
 		dir  func(b *testing.B) string
@@ -130,12 +138,12 @@ func BenchmarkFitPrediction(b *testing.B) {
 			dir := mc.dir(b)
 			const prompt, warm = 32, 16
 			t0 := time.Now()
-			plan, err := model.PlanMemory(dir, model.PlanOptions{Context: prompt + warm + b.N, Memory: 1 << 40, Predict: true})
+			plan, err := model.PlanMemory(dir, model.PlanOptions{Context: prompt + warm + b.N, Memory: 1 << 40, Predict: true, Backend: be})
 			if err != nil {
 				b.Fatal(err)
 			}
 			probe := time.Since(t0)
-			m, err := model.Load(dir, nil)
+			m, err := model.Load(dir, &model.LoadOptions{Backend: be})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -608,6 +608,7 @@ func (s *Server) finishResponse(rp *responsesPrep, b *outputBuilder, o outcome) 
 	obj.Output = b.items
 	u := &responseUsage{InputTokens: o.stats.PromptTokens, OutputTokens: o.stats.GeneratedTokens, TotalTokens: o.stats.PromptTokens + o.stats.GeneratedTokens}
 	u.InputTokensDetails.CachedTokens = o.stats.CachedTokens
+	u.Speculation = o.stats.Speculation
 	if b.reply.reasoning != "" {
 		u.OutputTokensDetails.ReasoningTokens = min(len(s.cfg.Tokenizer.Encode(b.reply.reasoning, false)), o.stats.GeneratedTokens)
 	}

@@ -1,6 +1,10 @@
 package serve
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/mlxgo/mlxgo/generate"
+)
 
 // The OpenAI Responses API's wire formats: POST /v1/responses' body, the
 // response object (also GET /v1/responses/{id}'s body), its output items
@@ -114,6 +118,9 @@ type responseUsage struct {
 		ReasoningTokens int `json:"reasoning_tokens"`
 	} `json:"output_tokens_details"`
 	TotalTokens int `json:"total_tokens"`
+	// Speculation is speculative decoding's statistics, when it was on
+	// (an mlxgo field).
+	Speculation *generate.SpecStats `json:"speculation,omitempty"`
 }
 
 // messageItem is an assistant message of a response's output.

@@ -15,7 +15,8 @@ import (
 // verifying in the shared passes), answers a greedy chat request with
 // exactly the plain server's text, and reports the statistics in
 // usage.speculation: OpenAI's response and streaming usage chunk,
-// Anthropic's message and its streaming message_delta.
+// Anthropic's message and its streaming message_delta, the Responses
+// API's response.
 func TestSpeculationBothLanes(t *testing.T) {
 	d := loadDemo(t)
 	plain := d.config()
@@ -90,6 +91,12 @@ func TestSpeculationBothLanes(t *testing.T) {
 			t.Fatalf("batch %d: no message_delta", batch)
 		}
 		checkSpecUsage(t, "anthropic stream", batch, delta["usage"].(map[string]any))
+		// OpenAI Responses
+		status, rr := post(t, hs.URL+"/v1/responses", map[string]any{"input": body()["messages"], "max_output_tokens": 40, "temperature": 0})
+		if status != 200 {
+			t.Fatalf("batch %d responses: %d %v", batch, status, rr)
+		}
+		checkSpecUsage(t, "responses", batch, rr["usage"].(map[string]any))
 	}
 }
 

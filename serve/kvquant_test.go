@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/generate"
@@ -103,5 +104,57 @@ func TestKVQuantLanes(t *testing.T) {
 	}
 	if b := batchedSrv.Stats().Batch; b.KVBytes == 0 || b.KVBytes > b.KVBudgetBytes {
 		t.Errorf("k8v3 pool: %d bytes of a %d budget", b.KVBytes, b.KVBudgetBytes)
+	}
+}
+
+// TestKVQuantSSD: the SSD tier keeps TurboQuant blocks: a restarted
+// server with the same scheme restores a prompt's KV from its file and
+// answers as the cold run did, and a server with plain KV over the same
+// folder does not take the file (its key names the layout).
+func TestKVQuantSSD(t *testing.T) {
+	d := loadDemo(t)
+	dir := t.TempDir()
+	cfg := d.config()
+	cfg.SSDCacheDir, cfg.SSDCacheMinTokens, cfg.KVQuant = dir, 64, &kv.DefaultTurbo
+	prompt := make([]int, 300)
+	for i := range prompt {
+		prompt[i] = 10 + (i*37)%(d.tok.VocabSize()-10)
+	}
+	ask := func(url string) (string, float64) {
+		t.Helper()
+		code, out := post(t, url+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 6, "temperature": 0})
+		if code != 200 {
+			t.Fatalf("completion: %d %v", code, out)
+		}
+		u := out["usage"].(map[string]any)
+		return out["choices"].([]any)[0].(map[string]any)["text"].(string), u["prompt_tokens_details"].(map[string]any)["cached_tokens"].(float64)
+	}
+	restart := func(c Config) (*Server, string, func()) {
+		srv, err := New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := httptest.NewServer(srv)
+		return srv, hs.URL, func() { hs.Close(); srv.Close() }
+	}
+	srv, url, stop := restart(cfg)
+	cold, _ := ask(url)
+	post(t, url+"/admin/cache/flush", map[string]any{})
+	if st := srv.Stats(); st.SSD == nil || st.SSD.Writes != 1 {
+		t.Fatalf("after the flush: %+v", st.SSD)
+	}
+	stop()
+	_, url, stop = restart(cfg)
+	warm, cached := ask(url)
+	stop()
+	if warm != cold || cached < 0.9*float64(len(prompt)) {
+		t.Errorf("k8v3 restart: %q with %v cached tokens, cold %q", warm, cached, cold)
+	}
+	plain := cfg
+	plain.KVQuant = nil
+	_, url, stop = restart(plain)
+	defer stop()
+	if _, cached := ask(url); cached != 0 {
+		t.Errorf("plain KV took %v tokens from a TurboQuant file", cached)
 	}
 }

@@ -122,7 +122,7 @@ func newSSDTier(cfg *Config, specs []kv.LayerSpec, log *slog.Logger) (*ssdTier, 
 		return nil, fmt.Errorf("serve: SSD cache: %w", err)
 	}
 	t := &ssdTier{dir: cfg.SSDCacheDir, max: cfg.SSDCacheMaxBytes, minTokens: cfg.SSDCacheMinTokens, key: cacheKey(cfg, specs),
-		layers: len(specs), be: cfg.Backend, model: cfg.Model, log: log, entries: map[string]*ssdEntry{}}
+		layers: len(specs), be: cfg.Backend, model: ssdModel(cfg), log: log, entries: map[string]*ssdEntry{}}
 	if t.max <= 0 {
 		t.max = DefaultSSDCacheMaxBytes
 	}

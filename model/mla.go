@@ -110,9 +110,18 @@ type mlaAttn struct {
 	QANorm, KVANorm               *RMSNorm
 	KVA, O                        Projection
 	WK, WV                        *tensor.Array // kv_b_proj split per head: [H, nope, rank], [H, rank, vdim]
-	Rope                          *ropeSpec
-	Index                         *dsaIndexer // nil without DSA
-	shareIndex                    bool        // reuse the previous layer's selection
+	// WKq, WVq: a quantized kv_b_proj split per head as stored, packed
+	// along rank ([H, nope, ·], [H, vdim, ·]); WK and WV are then nil
+	WKq, WVq   *packedHeads
+	Rope       *ropeSpec
+	Index      *dsaIndexer // nil without DSA
+	shareIndex bool        // reuse the previous layer's selection
+}
+
+// packedHeads is one affine-quantized weight per head, [H, rows, ·].
+type packedHeads struct {
+	Weight, Scales, Biases *tensor.Array
+	tensor.QuantSpec
 }
 
 // dsaIndexer is DeepSeek Sparse Attention's lightning indexer.
@@ -181,7 +190,7 @@ func newMLA(c *Config, w *Weights) (Architecture, error) {
 		}
 		a.KVA = w.Linear(sa+"kv_a_proj_with_mqa", d, cfg.KVLoRA+cfg.RopeDim, cfg.AttentionBias)
 		a.KVANorm = w.RMSNorm(sa+"kv_a_layernorm", cfg.KVLoRA, 1e-6)
-		a.WK, a.WV = absorbKVB(w, sa+"kv_b_proj", cfg)
+		a.WK, a.WV, a.WKq, a.WVq = absorbKVB(w, sa+"kv_b_proj", cfg)
 		a.O = w.Linear(sa+"o_proj", cfg.Heads*cfg.VDim, d, cfg.AttentionBias)
 		if dsa {
 			if cfg.QLoRA <= 0 || cfg.IndexHeads <= 0 || cfg.IndexDim < cfg.RopeDim || cfg.IndexTopK <= 0 {
@@ -271,26 +280,49 @@ func newMLA(c *Config, w *Weights) (Architecture, error) {
 	return m, nil
 }
 
-// absorbKVB loads kv_b_proj ([H·(nope+v), rank]; dequantized when
-// quantized) as the per-head key and value up-projections attention
-// absorbs: [H, nope, rank] and [H, rank, v].
-func absorbKVB(w *Weights, name string, cfg mlaConfig) (*tensor.Array, *tensor.Array) {
+// absorbKVB loads kv_b_proj ([H·(nope+v), rank]) as the per-head key and
+// value up-projections attention absorbs: float [H, nope, rank] and
+// [H, rank, v], or, quantized, its packed rows split per head as stored
+// (the quantized matmul reads the key part untransposed and the value part
+// transposed, so neither is dequantized).
+func absorbKVB(w *Weights, name string, cfg mlaConfig) (wk, wv *tensor.Array, wkq, wvq *packedHeads) {
 	p := w.Linear(name, cfg.KVLoRA, cfg.Heads*(cfg.NopeDim+cfg.VDim), false)
 	l, ok := p.(*Linear)
 	if !ok {
 		fail(fmt.Errorf("%w: %s: a wrapped kv_b_proj cannot be absorbed", ErrUnsupported, name))
 	}
-	out := tensor.WithScope(func() []*tensor.Array {
-		wt := l.Weight
-		if l.Scales != nil {
-			wt = tensor.Dequantize(l.Weight, l.Scales, l.Biases, l.GroupSize, l.Bits, l.Scales.DType())
+	h, nope, vd := cfg.Heads, cfg.NopeDim, cfg.VDim
+	if l.Scales != nil {
+		wkq, wvq = splitPackedKVB(l, h, nope, vd)
+		for _, a := range []*tensor.Array{wkq.Weight, wkq.Scales, wkq.Biases, wvq.Weight, wvq.Scales, wvq.Biases} {
+			w.Own(a)
 		}
-		wt = tensor.Reshape(wt, cfg.Heads, cfg.NopeDim+cfg.VDim, cfg.KVLoRA)
-		wk := tensor.Contiguous(tensor.SliceAxis(wt, 1, 0, cfg.NopeDim))
-		wv := tensor.Contiguous(tensor.SwapAxes(tensor.SliceAxis(wt, 1, cfg.NopeDim, cfg.NopeDim+cfg.VDim), 1, 2))
-		return []*tensor.Array{wk, wv}
+		return nil, nil, wkq, wvq
+	}
+	out := tensor.WithScope(func() []*tensor.Array {
+		wt := tensor.Reshape(l.Weight, h, nope+vd, cfg.KVLoRA)
+		k := tensor.Contiguous(tensor.SliceAxis(wt, 1, 0, nope))
+		v := tensor.Contiguous(tensor.SwapAxes(tensor.SliceAxis(wt, 1, nope, nope+vd), 1, 2))
+		return []*tensor.Array{k, v}
 	})
-	return w.Own(out[0]), w.Own(out[1])
+	return w.Own(out[0]), w.Own(out[1]), nil, nil
+}
+
+// splitPackedKVB splits a quantized kv_b_proj's packed rows per head into
+// the key part [H, nope, ·] and the value part [H, vd, ·] (arrays in the
+// caller's scope's parent).
+func splitPackedKVB(l *Linear, h, nope, vd int) (*packedHeads, *packedHeads) {
+	split := func(a *tensor.Array) (*tensor.Array, *tensor.Array) {
+		r := tensor.Reshape(a, h, nope+vd, a.Dim(-1))
+		return tensor.Contiguous(tensor.SliceAxis(r, 1, 0, nope)), tensor.Contiguous(tensor.SliceAxis(r, 1, nope, nope+vd))
+	}
+	out := tensor.WithScope(func() []*tensor.Array {
+		kw, vw := split(l.Weight)
+		ks, vs := split(l.Scales)
+		kb, vb := split(l.Biases)
+		return []*tensor.Array{kw, ks, kb, vw, vs, vb}
+	})
+	return &packedHeads{out[0], out[1], out[2], l.QuantSpec}, &packedHeads{out[3], out[4], out[5], l.QuantSpec}
 }
 
 // Info implements Architecture.
@@ -431,14 +463,23 @@ func (a *mlaAttn) forward(x *tensor.Array, c kv.Cache, mask kv.Mask, prev *tenso
 		opts.MaskKind, opts.Mask = tensor.MaskArray, sel
 	}
 	// absorbed attention in the latent space: scores = (q_nope·W_k)·latᵀ + q_rot·k_rotᵀ
-	qLat := tensor.Matmul(qNope, a.WK)
+	var qLat *tensor.Array
+	if q := a.WKq; q != nil {
+		qLat = tensor.QuantizedMatmul(qNope, q.Weight, q.Scales, q.Biases, false, q.GroupSize, q.Bits)
+	} else {
+		qLat = tensor.Matmul(qNope, a.WK)
+	}
 	qq := tensor.Concatenate([]*tensor.Array{qLat, qRot}, 3)
 	kk := tensor.Concatenate([]*tensor.Array{allLat, tensor.SliceAxis(allKeys, 3, 0, a.rope)}, 3)
 	if qq.DType() != kk.DType() {
 		kk = tensor.AsType(kk, qq.DType())
 	}
 	o := tensor.ScaledDotProductAttention(qq, kk, allLat, opts) // [B, H, T, rank]
-	o = tensor.Matmul(o, a.WV)                                  // [B, H, T, v]
+	if q := a.WVq; q != nil {                                   // [B, H, T, v]
+		o = tensor.QuantizedMatmul(o, q.Weight, q.Scales, q.Biases, true, q.GroupSize, q.Bits)
+	} else {
+		o = tensor.Matmul(o, a.WV)
+	}
 	o = tensor.Reshape(tensor.Transpose(o, 0, 2, 1, 3), bs, t, a.heads*a.vdim)
 	out := a.O.Forward(o)
 	sc.Keep(out)

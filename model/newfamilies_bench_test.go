@@ -151,8 +151,7 @@ func benchMLA(b *testing.B, dir string, dsa bool) int {
 		c.linear(sa+"q_b_proj", heads*(nope+rope), qr, false)
 		c.linear(sa+"kv_a_proj_with_mqa", rank+rope, d, false)
 		c.vec(sa+"kv_a_layernorm.weight", 1, rank)
-		c.linear(sa+"kv_b_proj", heads*(nope+vdim), rank, true)
-		c.read += 2 * heads * (nope + vdim) * rank // absorbed: read as bfloat16
+		c.linear(sa+"kv_b_proj", heads*(nope+vdim), rank, false) // absorbed, read packed
 		c.linear(sa+"o_proj", d, heads*vdim, false)
 		if dsa {
 			ip := sa + "indexer."

@@ -237,7 +237,7 @@ func newQwen35(c *Config, w *Weights, next bool) (Architecture, error) {
 	// multi-token prediction: mtp.layers.K, full attention layers
 	for k := 0; w.Has("mtp.fc.weight") || w.Has("mtp.fc.scales"); k++ {
 		p := "mtp.layers." + strconv.Itoa(k) + "."
-		if !w.Has(p+"input_layernorm.weight") {
+		if !w.Has(p + "input_layernorm.weight") {
 			break
 		}
 		sparse := cfg.Experts > 0 && (w.Has(p+"mlp.gate.weight") || w.Has(p+"mlp.gate.scales"))

@@ -16,7 +16,8 @@ import (
 // lookup at a random γ, fixed or adaptive; a draft model of the same
 // vocabulary) decode in a batch beside plain rows, joining at random
 // steps, over contiguous caches and over a paged pool (Gemma 4's sliding
-// windows exceeded by the prompts: snapshot and replay). A greedy
+// windows exceeded by the prompts: snapshot and replay), in float32 and
+// (paged) bfloat16. A greedy
 // speculative row delivers exactly what the request delivers alone
 // without speculation — tokens, logprob bits, top logprobs, stop reason;
 // a sampled one exactly what it delivers alone with the same Speculation
@@ -31,9 +32,13 @@ func TestBatchSpecRowsEqualAlone(t *testing.T) {
 	}
 	accepted, restores := 0, 0
 	for fi, name := range allFixtures {
-		for _, paged := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/paged=%v", name, paged), func(t *testing.T) {
-				m := loadModel(t, filepath.Join(fixtures, name, "f32"), nil)
+		for _, v := range []struct {
+			paged bool
+			dt    string
+		}{{false, "f32"}, {true, "f32"}, {true, "bf16"}} {
+			paged := v.paged
+			t.Run(fmt.Sprintf("%s/%s/paged=%v", name, v.dt, paged), func(t *testing.T) {
+				m := loadModel(t, filepath.Join(fixtures, name, v.dt), nil)
 				r := rand.New(rand.NewPCG(uint64(fi), 11))
 				reqs := make([]request, rowsPer)
 				specs := make([]bool, rowsPer)

@@ -16,6 +16,7 @@ require (
 	github.com/ardanlabs/jinja v1.8.0 // indirect
 	github.com/dlclark/regexp2/v2 v2.13.0 // indirect
 	github.com/ebitengine/purego v0.11.3 // indirect
+	golang.org/x/image v0.48.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
 )
 

@@ -8,6 +8,8 @@ require (
 	github.com/mlxgo/mlxgo/tensor v0.0.0
 )
 
+require golang.org/x/image v0.48.0 // indirect
+
 replace github.com/mlxgo/mlxgo/kv => ../kv
 
 replace github.com/mlxgo/mlxgo/mlxffi => ../mlxffi

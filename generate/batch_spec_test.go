@@ -190,7 +190,9 @@ func TestBatchSpecTargetDrafters(t *testing.T) {
 			t.Cleanup(func() { am.Close() })
 			a := am.(*model.Loaded).Arch().(*model.Gemma4Assistant)
 			g := lm.(*model.Loaded).Arch().(*model.Gemma4)
-			return func(info generate.DraftInfo) (generate.Drafter, error) { return generate.NewAssistantDrafter(a, g, info) }
+			return func(info generate.DraftInfo) (generate.Drafter, error) {
+				return generate.NewAssistantDrafter(a, g, info)
+			}
 		}},
 		{"deepseek_v3_mtp", mtp},
 		{"qwen3_next_mtp", mtp},

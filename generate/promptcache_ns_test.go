@@ -108,4 +108,3 @@ func kvFree(cs []kv.Cache) {
 		}
 	}
 }
-

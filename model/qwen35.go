@@ -533,7 +533,7 @@ func gatedDeltaRule(q, k, v, decay, beta, state *tensor.Array) (*tensor.Array, *
 		s := tensor.Mul(state, di)
 		mem := tensor.Matmul(ki, s) // [B, H, 1, Dv]
 		delta := tensor.Mul(tensor.Sub(vi, mem), bi)
-		s = tensor.Add(s, tensor.Matmul(tensor.SwapAxes(ki, 2, 3), delta))
+		s = tensor.Add(s, tensor.Mul(tensor.SwapAxes(ki, 2, 3), delta)) // kᵀ·δ: an outer product, by broadcast (no matmul packing)
 		outs[i] = tensor.Matmul(qi, s)
 		step.Keep(outs[i], s)
 		step.Close()

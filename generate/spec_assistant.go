@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/mlxgo/mlxgo/kv"
-	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -25,7 +24,43 @@ type TargetObserver interface {
 	Observe(hidden *tensor.Array, last int, caches []kv.Cache, restored bool) error
 }
 
-// AssistantDrafter drafts with a Gemma 4 assistant (model.Gemma4Assistant)
+// AssistantModel is what AssistantDrafter needs of a Gemma 4 assistant
+// (model.Gemma4Assistant), S being the target state its steps read
+// (model.AssistantKV).
+type AssistantModel[S any] interface {
+	// Backbone is the hidden size of the target it was trained for.
+	Backbone() int
+	// VocabSize is its vocabulary's size.
+	VocabSize() int
+	// SlidingWindow is the window of the target's sliding layers it reads.
+	SlidingWindow() int
+	// Step runs one drafting step on x (the token's embedding beside a
+	// hidden state) at position pos: the projected hidden state and the
+	// logits.
+	Step(x *tensor.Array, shared S, pos int) (proj, logits *tensor.Array)
+}
+
+// AssistantTarget is what AssistantDrafter needs of the assistant's
+// target (model.Gemma4).
+type AssistantTarget[S any] interface {
+	// HiddenSize and VocabSize are the target's.
+	HiddenSize() int
+	VocabSize() int
+	// AssistantKV collects the state the assistant reads from the
+	// target's caches.
+	AssistantKV(caches []kv.Cache, window int) (S, error)
+	// EmbedTokens is the target's (scaled) token embedding.
+	EmbedTokens(ids *tensor.Array) (*tensor.Array, error)
+}
+
+// assistantState is the target state's constraint: freed through its
+// pointer.
+type assistantState[S any] interface {
+	*S
+	Free()
+}
+
+// AssistantDrafter drafts with a Gemma 4 assistant (AssistantModel)
 // over its Gemma 4 target's state, as transformers'
 // SinglePositionMultiTokenCandidateGenerator does: the first step reads
 // the target's embedding of the last token beside the target's final
@@ -36,9 +71,9 @@ type TargetObserver interface {
 // (a point mass for speculative sampling). It drafts nothing in a round
 // the target's state does not describe: the first (prefill leaves no
 // hidden state) and one after a snapshot restore.
-type AssistantDrafter struct {
-	a      *model.Gemma4Assistant
-	t      *model.Gemma4
+type AssistantDrafter[S any, PS assistantState[S]] struct {
+	a      AssistantModel[S]
+	t      AssistantTarget[S]
 	be     tensor.Backend
 	runner StepRunner
 	h      *tensor.Array // [1, 1, D]: the target's hidden state at the last kept position
@@ -49,16 +84,15 @@ type AssistantDrafter struct {
 // NewAssistantDrafter makes a drafter for target t with assistant a, for
 // a generation described by info; a must have been trained for a target
 // of t's hidden size and vocabulary.
-func NewAssistantDrafter(a *model.Gemma4Assistant, t *model.Gemma4, info DraftInfo) (*AssistantDrafter, error) {
+func NewAssistantDrafter[S any, PS assistantState[S]](a AssistantModel[S], t AssistantTarget[S], info DraftInfo) (*AssistantDrafter[S, PS], error) {
 	if a == nil || t == nil {
 		return nil, errors.New("generate: the assistant drafter needs an assistant and a Gemma 4 target")
 	}
-	ai, ti := a.Info(), t.Info()
-	if a.Backbone() != ti.Hidden {
-		return nil, fmt.Errorf("generate: the assistant was trained for a target of hidden size %d; this target's is %d", a.Backbone(), ti.Hidden)
+	if a.Backbone() != t.HiddenSize() {
+		return nil, fmt.Errorf("generate: the assistant was trained for a target of hidden size %d; this target's is %d", a.Backbone(), t.HiddenSize())
 	}
-	if ai.Vocab != ti.Vocab || (info.Vocab != 0 && info.Vocab != ai.Vocab) {
-		return nil, fmt.Errorf("generate: the assistant's vocabulary (%d tokens) differs from the target's (%d tokens)", ai.Vocab, ti.Vocab)
+	if av, tv := a.VocabSize(), t.VocabSize(); av != tv || (info.Vocab != 0 && info.Vocab != av) {
+		return nil, fmt.Errorf("generate: the assistant's vocabulary (%d tokens) differs from the target's (%d tokens)", av, tv)
 	}
 	be := info.Backend
 	if be == nil {
@@ -66,13 +100,13 @@ func NewAssistantDrafter(a *model.Gemma4Assistant, t *model.Gemma4, info DraftIn
 			return nil, err
 		}
 	}
-	d := &AssistantDrafter{a: a, t: t, be: be}
+	d := &AssistantDrafter[S, PS]{a: a, t: t, be: be}
 	d.runner, _ = be.(StepRunner)
 	return d, nil
 }
 
 // Observe implements TargetObserver.
-func (d *AssistantDrafter) Observe(hidden *tensor.Array, last int, caches []kv.Cache, restored bool) error {
+func (d *AssistantDrafter[S, PS]) Observe(hidden *tensor.Array, last int, caches []kv.Cache, restored bool) error {
 	tensor.Free(d.h)
 	d.h, d.caches = nil, nil
 	if restored {
@@ -88,7 +122,7 @@ func (d *AssistantDrafter) Observe(hidden *tensor.Array, last int, caches []kv.C
 
 // Draft implements Drafter: up to n tokens to follow tokens, none when
 // the target's state is not the one tokens end in.
-func (d *AssistantDrafter) Draft(tokens []int32, n int, _ *SpecRand) (Draft, error) {
+func (d *AssistantDrafter[S, PS]) Draft(tokens []int32, n int, _ *SpecRand) (Draft, error) {
 	if d.h == nil || n <= 0 || len(tokens) == 0 {
 		return Draft{}, nil
 	}
@@ -107,7 +141,7 @@ func (d *AssistantDrafter) Draft(tokens []int32, n int, _ *SpecRand) (Draft, err
 			if err != nil {
 				panic(err)
 			}
-			defer shared.Free()
+			defer PS(&shared).Free()
 			tok, h := tokens[pos], d.h
 			for range n {
 				e, err := d.t.EmbedTokens(tensor.FromInt32On(d.be, []int32{tok}, []int{1, 1}))
@@ -129,10 +163,10 @@ func (d *AssistantDrafter) Draft(tokens []int32, n int, _ *SpecRand) (Draft, err
 }
 
 // forwards is the number of drafter steps so far (SpecStats.DraftCalls).
-func (d *AssistantDrafter) forwards() int { return d.calls }
+func (d *AssistantDrafter[S, PS]) forwards() int { return d.calls }
 
 // Close frees what the drafter holds.
-func (d *AssistantDrafter) Close() {
+func (d *AssistantDrafter[S, PS]) Close() {
 	tensor.Free(d.h)
 	d.h, d.caches = nil, nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/mlxgo/mlxgo/kv"
-	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -20,8 +19,20 @@ type PrefillObserver interface {
 	ObservePrefill(hidden *tensor.Array, start int) error
 }
 
+// MTPHead is a model's multi-token-prediction head as MTPDrafter uses it
+// (model.MTP).
+type MTPHead interface {
+	// Depth is the number of MTP blocks.
+	Depth() int
+	// MakeCaches makes one cache per block.
+	MakeCaches() []kv.Cache
+	// Step runs block k on the target's hidden states and the next
+	// tokens, advancing cache: the block's output and its logits.
+	Step(k int, hidden, next *tensor.Array, cache kv.Cache) (out, logits *tensor.Array, err error)
+}
+
 // MTPDrafter drafts with a model's own multi-token-prediction head
-// (model.MTP: DeepSeek-V3, GLM-5, Qwen3-Next / Qwen3.5 checkpoints that
+// (MTPHead; model.MTP: DeepSeek-V3, GLM-5, Qwen3-Next / Qwen3.5 checkpoints that
 // carry one): block 0 reads the target's final hidden state at position
 // p beside the token at p+1 and predicts the token at p+2; further drafts
 // chain the block's own output and the drafted token (as DeepSeek's and
@@ -32,7 +43,7 @@ type PrefillObserver interface {
 // sampling). A round whose hidden states are not all known (after a
 // snapshot restore) drafts nothing.
 type MTPDrafter struct {
-	p      *model.MTP
+	p      MTPHead
 	be     tensor.Backend
 	runner StepRunner
 	cache  kv.Cache
@@ -44,7 +55,7 @@ type MTPDrafter struct {
 
 // NewMTPDrafter makes a drafter over the MTP head p (of the target model)
 // for a generation described by info.
-func NewMTPDrafter(p *model.MTP, info DraftInfo) (*MTPDrafter, error) {
+func NewMTPDrafter(p MTPHead, info DraftInfo) (*MTPDrafter, error) {
 	if p == nil || p.Depth() == 0 {
 		return nil, errors.New("generate: the MTP drafter needs a model with MTP blocks")
 	}

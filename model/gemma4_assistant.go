@@ -190,6 +190,9 @@ func (a *Gemma4Assistant) Logits(h *tensor.Array) *tensor.Array {
 // Backbone is the hidden size of the target the drafter was trained with.
 func (a *Gemma4Assistant) Backbone() int { return a.backbone }
 
+// VocabSize is the assistant's vocabulary size (Info().Vocab).
+func (a *Gemma4Assistant) VocabSize() int { return a.Info().Vocab }
+
 // SlidingWindow is the drafter's sliding attention window: its sliding
 // layers read the target's last window+1 sliding-layer keys.
 func (a *Gemma4Assistant) SlidingWindow() int { return a.window }
@@ -346,6 +349,12 @@ func (m *Gemma4) AssistantKV(caches []kv.Cache, window int) (AssistantKV, error)
 	})
 	return out, err
 }
+
+// HiddenSize is the model's hidden size (Info().Hidden).
+func (m *Gemma4) HiddenSize() int { return m.Info().Hidden }
+
+// VocabSize is the model's vocabulary size (Info().Vocab).
+func (m *Gemma4) VocabSize() int { return m.Info().Vocab }
 
 // EmbedTokens is the target's scaled embedding of ids [B, T]: the first
 // half of an assistant drafter's input.

@@ -9,7 +9,10 @@ require (
 	github.com/mlxgo/mlxgo/tensor v0.0.0
 )
 
-require github.com/ebitengine/purego v0.11.3 // indirect
+require (
+	github.com/ebitengine/purego v0.11.3 // indirect
+	golang.org/x/image v0.48.0 // indirect
+)
 
 replace github.com/mlxgo/mlxgo/kv => ../kv
 

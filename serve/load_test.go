@@ -123,6 +123,9 @@ func TestQueueFullAndKilledClient(t *testing.T) {
 	d := loadDemo(t)
 	cfg := d.config()
 	cfg.QueueSize = 1
+	// the serial lane: one request runs, the next waits in the queue (the
+	// batched lane would admit B beside A while the KV budget has room)
+	cfg.Batch = 1
 	srv, hs := startServer(t, cfg)
 	respA, killA := openStream(t, hs.URL, longBody(d, 4000))
 	bufio.NewReader(respA.Body).ReadString('\n') // A is running

@@ -21,6 +21,7 @@
 #   PP [512]  TG [128]  SERVE_ROUNDS [2]  SERVE_PROMPT [256]  SERVE_TOKENS [128]
 #   SERVE_REQUESTS [16]  CONCURRENCY [8]  PIN (e.g. "taskset -c 0,1")
 #   TIME_BIN [/usr/bin/time]: GNU time, for peak RSS
+#   LLAMACPP_COMMIT: the llama.cpp commit the binaries were built from, printed
 #   MLXGO_BINS: a folder with prebuilt mlxgo, gguf and loadclient (for a host
 #   without Go); otherwise they are built from this checkout.
 set -euo pipefail
@@ -77,7 +78,7 @@ echo "flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|f
 echo "cpus: $(nproc), pin: ${PIN:-none}"
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "mlxgo: $("$bins/mlxgo" version 2>/dev/null | head -1 || echo '?')"
-echo "llama.cpp: $("$LLAMACPP_BIN/llama-bench" --version 2>&1 | grep -m1 -i version || echo '?')"
+echo "llama.cpp: ${LLAMACPP_COMMIT:-commit not given (set LLAMACPP_COMMIT)} in $LLAMACPP_BIN"
 
 echo "== models (in $WORK)"
 [[ -f $WORK/llama1b/model.safetensors ]] || "$bins/gguf" random-llama -out "$WORK/llama1b"

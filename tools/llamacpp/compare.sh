@@ -9,7 +9,8 @@
 #   llama1b/            a random 1B-shaped F16 Llama (tools/gguf random-llama)
 #   f16.gguf            the same weights as GGUF (tools/gguf convert)
 #   q4_0.gguf q8_0.gguf llama-quantize --pure from f16.gguf
-#   mlx4/ mlx8/         mlxgo convert -q (affine, group 64) from llama1b/
+#   mlx4/ mlx8/         mlxgo convert -q (affine, group 64) from llama1b/, the
+#                       unquantized tensors (and so the activations) in MLX_DTYPE
 # then runs, alternating llama.cpp and mlxgo run by run (A B A B):
 #   bench:   prefill (pp$PP at depth 0) and decode (tg$TG at depth $PP) per
 #            quantization and thread count, peak RSS from /usr/bin/time -v
@@ -20,6 +21,7 @@
 #   WORK [/tmp/mlxgo-vs-llamacpp]  ROUNDS [3]  THREADS ["2"]  QUANTS ["4 8"]
 #   PP [512]  TG [128]  SERVE_ROUNDS [2]  SERVE_PROMPT [256]  SERVE_TOKENS [128]
 #   SERVE_REQUESTS [16]  CONCURRENCY [8]  PIN (e.g. "taskset -c 0,1")
+#   MLX_DTYPE [bfloat16]: float16 runs mlxgo's activations in f16, a slower path
 #   TIME_BIN [/usr/bin/time]: GNU time, for peak RSS
 #   LLAMACPP_COMMIT: the llama.cpp commit the binaries were built from, printed
 #   MLXGO_BINS: a folder with prebuilt mlxgo, gguf and loadclient (for a host
@@ -59,6 +61,7 @@ SERVE_TOKENS=${SERVE_TOKENS:-128}
 SERVE_REQUESTS=${SERVE_REQUESTS:-16}
 CONCURRENCY=${CONCURRENCY:-8}
 PIN=${PIN:-}
+MLX_DTYPE=${MLX_DTYPE:-bfloat16}
 mkdir -p "$WORK/bin" "$WORK/log"
 results=$WORK/results-$(date -u +%Y%m%dT%H%M%S).tsv
 
@@ -85,7 +88,7 @@ echo "== models (in $WORK)"
 [[ -f $WORK/f16.gguf ]] || "$bins/gguf" convert -in "$WORK/llama1b" -out "$WORK/f16.gguf"
 for q in $QUANTS; do
 	[[ -f $WORK/q${q}_0.gguf ]] || "$LLAMACPP_BIN/llama-quantize" --pure "$WORK/f16.gguf" "$WORK/q${q}_0.gguf" "Q${q}_0" >"$WORK/log/quantize$q.log" 2>&1
-	[[ -f $WORK/mlx$q/model.safetensors ]] || "$bins/mlxgo" convert --hf-path "$WORK/llama1b" --mlx-path "$WORK/mlx$q" -q --q-bits "$q" --q-group-size 64 >/dev/null
+	[[ -f $WORK/mlx$q/model.safetensors ]] || "$bins/mlxgo" convert --hf-path "$WORK/llama1b" --mlx-path "$WORK/mlx$q" -q --q-bits "$q" --q-group-size 64 --dtype "$MLX_DTYPE" >/dev/null
 	"$bins/gguf" info "$WORK/q${q}_0.gguf" | tail -1 | sed "s/^ */llama.cpp Q${q}_0: /"
 	echo "mlxgo ${q}-bit g64: $(du -b "$WORK/mlx$q/model.safetensors" | cut -f1) bytes"
 done

@@ -48,6 +48,20 @@ func (be *Backend) AsType(a *tensor.Array, dt tensor.DType) *tensor.Array {
 	return out
 }
 
+// storeF16 rounds src into u (float16, as tensor.F32ToF16), 16 at a time
+// with AVX-512.
+func storeF16(u []uint16, src []float32) {
+	u = u[:len(src)]
+	i := 0
+	if hasAVX512 && len(src) >= 16 {
+		i = len(src) &^ 15
+		cvtF32ToF16(&u[0], &src[0], i)
+	}
+	for ; i < len(src); i++ {
+		u[i] = tensor.F32ToF16(src[i])
+	}
+}
+
 // storeBF16 rounds src into u (bfloat16, as tensor.F32ToBF16), 16 at a
 // time with AVX-512: a prefill product's outputs are millions of values.
 func storeBF16(u []uint16, src []float32) {

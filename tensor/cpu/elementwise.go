@@ -209,10 +209,7 @@ func ewStoreF32(dt tensor.DType, data []byte, off, st int, src []float32) {
 	case tensor.BFloat16:
 		d := ewView[uint16](data)
 		if st == 1 {
-			d = d[off : off+len(src)]
-			for i, v := range src {
-				d[i] = tensor.F32ToBF16(v)
-			}
+			storeBF16(d[off:off+len(src)], src)
 			return
 		}
 		for i, v := range src {
@@ -220,6 +217,10 @@ func ewStoreF32(dt tensor.DType, data []byte, off, st int, src []float32) {
 		}
 	case tensor.Float16:
 		d := ewView[uint16](data)
+		if st == 1 {
+			storeF16(d[off:off+len(src)], src)
+			return
+		}
 		for i, v := range src {
 			d[off+i*st] = tensor.F32ToF16(v)
 		}

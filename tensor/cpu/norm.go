@@ -44,15 +44,9 @@ func fusedStore(data []byte, off int, src []float32, dt tensor.DType) {
 	case tensor.Float32:
 		copy(f32s(data[4*off:4*(off+n)]), src)
 	case tensor.BFloat16:
-		dst := u16s(data[2*off : 2*(off+n)])
-		for i, v := range src {
-			dst[i] = tensor.F32ToBF16(v)
-		}
+		storeBF16(u16s(data[2*off:2*(off+n)]), src)
 	case tensor.Float16:
-		dst := u16s(data[2*off : 2*(off+n)])
-		for i, v := range src {
-			dst[i] = tensor.F32ToF16(v)
-		}
+		storeF16(u16s(data[2*off:2*(off+n)]), src)
 	}
 }
 

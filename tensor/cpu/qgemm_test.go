@@ -138,3 +138,34 @@ func TestStoreBF16(t *testing.T) {
 		}
 	})
 }
+
+// TestStoreF16 holds the vector rounding to tensor.F32ToF16 bit for bit:
+// every half-precision value and the floats just above, below and halfway
+// to its neighbours (ties both ways), subnormal results, overflow to
+// infinity, underflow to zero, NaNs with payloads (both signs) and random
+// bits, with a tail shorter than a vector.
+func TestStoreF16(t *testing.T) {
+	forEachKernel(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(7, 8))
+		bitsIn := []uint32{0x7f800001, 0xffc00001, 0x7fbfffff, 0x477fe000, 0x477ff000, 0x477fefff, 0x47800000,
+			0x33000000, 0x33000001, 0x32ffffff, 0x33800000, 0x387fc000, 0x38800000, 0x7f7fffff, 0x00000001}
+		for h := range 1 << 16 {
+			f := math.Float32bits(tensor.F16ToF32(uint16(h)))
+			bitsIn = append(bitsIn, f, f+1, f-1, f+0x1000, f+0x0fff, f+0x1001)
+		}
+		for len(bitsIn)%16 != 7 || len(bitsIn) < 1<<19 {
+			bitsIn = append(bitsIn, r.Uint32())
+		}
+		src := make([]float32, len(bitsIn))
+		for i, b := range bitsIn {
+			src[i] = math.Float32frombits(b)
+		}
+		got := make([]uint16, len(src))
+		storeF16(got, src)
+		for i, v := range src {
+			if want := tensor.F32ToF16(v); got[i] != want {
+				t.Fatalf("%#08x: got %#04x, want %#04x", bitsIn[i], got[i], want)
+			}
+		}
+	})
+}

@@ -69,3 +69,9 @@ func qdot4x4(w *byte, bpr int, x *float32, s, b *float32, iota *float32, ng, cpg
 //
 //go:noescape
 func cvtF32ToBF16(dst *uint16, src *float32, n int)
+
+// cvtF32ToF16 rounds n floats (a multiple of 16) as tensor.F32ToF16 does;
+// see simd_amd64.s.
+//
+//go:noescape
+func cvtF32ToF16(dst *uint16, src *float32, n int)

@@ -411,3 +411,33 @@ cb_loop:
 	VZEROUPPER
 cb_done:
 	RET
+
+// func cvtF32ToF16(dst *uint16, src *float32, n int)
+// Rounds n floats (a multiple of 16) to half precision as tensor.F32ToF16
+// does: VCVTPS2PH with round-to-nearest-even (imm8 0, the MXCSR not
+// consulted), after every NaN is made the canonical quiet NaN of its sign
+// (tensor.F32ToF16 writes sign|0x7e00 for any NaN; the instruction would
+// keep the payload's top bits).
+TEXT ·cvtF32ToF16(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $4, CX
+	JZ   ch_done
+	MOVL $0x80000000, AX
+	VPBROADCASTD AX, Z29
+	MOVL $0x7fc00000, AX
+	VPBROADCASTD AX, Z28
+ch_loop:
+	VMOVUPS   (SI), Z0
+	VCMPPS    $3, Z0, Z0, K1        // unordered: NaN lanes
+	VPANDD    Z29, Z0, Z1           // the sign
+	VPORD     Z28, Z1, K1, Z0       // NaN lanes: sign | quiet NaN, no payload
+	VCVTPS2PH $0, Z0, (DI)
+	ADDQ $64, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  ch_loop
+	VZEROUPPER
+ch_done:
+	RET

@@ -18,3 +18,4 @@ func qdot4x4(w *byte, bpr int, x *float32, s, b *float32, iota *float32, ng, cpg
 }
 
 func cvtF32ToBF16(dst *uint16, src *float32, n int) { panic("unreachable") }
+func cvtF32ToF16(dst *uint16, src *float32, n int)  { panic("unreachable") }

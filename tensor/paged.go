@@ -33,15 +33,7 @@ func ScaledDotProductAttentionPaged(q, kPool, vPool *Array, table []int32, kvLen
 	if hkv == 0 || hq%hkv != 0 {
 		throw("SDPAPaged", ErrShape, "%d query heads for %d kv heads", hq, hkv)
 	}
-	used := (kvLen + bs - 1) / bs
-	if kvLen < 0 || used > len(table) {
-		throw("SDPAPaged", ErrArgument, "%d keys need %d blocks of %d, table has %d", kvLen, used, bs, len(table))
-	}
-	for i, b := range table[:used] {
-		if b < 0 || int(b) >= nb {
-			throw("SDPAPaged", ErrArgument, "table[%d] = %d outside the pool's %d blocks", i, b, nb)
-		}
-	}
+	used := checkTable("SDPAPaged", "keys", table, kvLen, bs, nb)
 	if o.Scale == 0 {
 		o.Scale = float32(1 / math.Sqrt(float64(d)))
 	}
@@ -112,15 +104,7 @@ func QuantizedMatmulPaged(x, wPool, sPool, bPool *Array, table []int32, kvLen in
 	if x.shape[3] != inner {
 		throw(op, ErrShape, "x %v for %d positions of dimension %d (transpose %v)", x.shape, kvLen, d, transpose)
 	}
-	used := (kvLen + bs - 1) / bs
-	if kvLen < 0 || used > len(table) {
-		throw(op, ErrArgument, "%d positions need %d blocks of %d, table has %d", kvLen, used, bs, len(table))
-	}
-	for i, b := range table[:used] {
-		if b < 0 || int(b) >= nb {
-			throw(op, ErrArgument, "table[%d] = %d outside the pool's %d blocks", i, b, nb)
-		}
-	}
+	used := checkTable(op, "positions", table, kvLen, bs, nb)
 	if pq, ok := x.be.(PagedQuantizedMatmul); ok && kvLen > 0 {
 		if out := pq.QuantizedMatmulPaged(x, wPool, sPool, bPool, table[:used], kvLen, transpose, groupSize, bits, []int{1, h, m, outer}); out != nil {
 			return out
@@ -132,4 +116,19 @@ func QuantizedMatmulPaged(x, wPool, sPool, bPool *Array, table []int32, kvLen in
 		b := gatherPaged(bPool, table[:used], kvLen)
 		return []*Array{QuantizedMatmul(x, w, s, b, transpose, groupSize, bits)}
 	})[0]
+}
+
+// checkTable checks that table lists in-pool blocks (of nb) for kvLen
+// positions in blocks of bs, and returns how many blocks those are.
+func checkTable(op, what string, table []int32, kvLen, bs, nb int) int {
+	used := (kvLen + bs - 1) / bs
+	if kvLen < 0 || used > len(table) {
+		throw(op, ErrArgument, "%d %s need %d blocks of %d, table has %d", kvLen, what, used, bs, len(table))
+	}
+	for i, b := range table[:used] {
+		if b < 0 || int(b) >= nb {
+			throw(op, ErrArgument, "table[%d] = %d outside the pool's %d blocks", i, b, nb)
+		}
+	}
+	return used
 }

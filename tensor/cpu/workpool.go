@@ -1,0 +1,193 @@
+package cpu
+
+import (
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The persistent worker pool behind parallelFor: workers() − 1 goroutines
+// that live for the process and take chunks of each parallel call, so a
+// decode step's few hundred parallel kernels pay neither a goroutine
+// start nor an OS-thread wake-up each. After a call a worker spins for
+// poolSpin waiting for the next (the gaps between a step's kernels are
+// mostly shorter), then parks until woken.
+
+// poolOn is false when the environment sets MLXGO_CPU_POOL=off: every
+// parallel call then starts goroutines of its own, as before the pool
+// (for measuring what the pool is worth).
+var poolOn = os.Getenv("MLXGO_CPU_POOL") != "off"
+
+// poolSpin is how long an idle worker polls for the next call before it
+// parks.
+const poolSpin = 100 * time.Microsecond
+
+// poolJob is one parallelFor call: its chunks are claimed one at a time
+// by the workers and the caller.
+type poolJob struct {
+	f      func(lo, hi int)
+	n      int
+	step   int
+	chunks int64
+	next   atomic.Int64 // the next unclaimed chunk
+	done   atomic.Int64 // chunks returned (normally or by panic)
+	perr   atomic.Pointer[any]
+	waiter atomic.Bool   // the caller is parked on fin
+	fin    chan struct{} // signalled once the last chunk returns, if waiter
+}
+
+// claim returns the index of an unclaimed chunk, or −1 when none is left.
+func (j *poolJob) claim() int64 {
+	for {
+		i := j.next.Load()
+		if i >= j.chunks {
+			return -1
+		}
+		if j.next.CompareAndSwap(i, i+1) {
+			return i
+		}
+	}
+}
+
+// runChunk runs chunk i, recording a panic instead of propagating it.
+func (j *poolJob) runChunk(i int64) {
+	defer func() {
+		if r := recover(); r != nil {
+			j.perr.CompareAndSwap(nil, &r)
+		}
+		if j.done.Add(1) == j.chunks && j.waiter.Load() {
+			select {
+			case j.fin <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	lo := int(i) * j.step
+	j.f(lo, min(lo+j.step, j.n))
+}
+
+// drain runs unclaimed chunks until none is left.
+func (j *poolJob) drain() {
+	for i := j.claim(); i >= 0; i = j.claim() {
+		j.runChunk(i)
+	}
+}
+
+// workPool is the pool; mu is held by the one caller whose job it runs.
+type workPool struct {
+	mu      sync.Mutex
+	startMu sync.Mutex
+	started atomic.Int32
+	cur     atomic.Pointer[poolJob]
+	gen     atomic.Uint64
+	sleep   []*poolWorker
+}
+
+// poolWorker is one worker's parking state.
+type poolWorker struct {
+	parked atomic.Bool
+	wake   chan struct{}
+}
+
+// thePool is the process's worker pool.
+var thePool workPool
+
+// grow starts workers until there are n.
+func (p *workPool) grow(n int) {
+	if int(p.started.Load()) >= n {
+		return
+	}
+	p.startMu.Lock()
+	defer p.startMu.Unlock()
+	for int(p.started.Load()) < n {
+		w := &poolWorker{wake: make(chan struct{}, 1)}
+		p.sleep = append(p.sleep, w)
+		p.started.Add(1)
+		go p.loop(w, p.gen.Load())
+	}
+}
+
+// run runs f's chunks on the pool and the calling goroutine and reports
+// true, or reports false (running nothing) when the pool is busy.
+func (p *workPool) run(n, step, chunks int, f func(lo, hi int)) bool {
+	if !poolOn || !p.mu.TryLock() {
+		return false
+	}
+	defer p.mu.Unlock()
+	p.grow(chunks - 1)
+	j := &poolJob{f: f, n: n, step: step, chunks: int64(chunks), fin: make(chan struct{}, 1)}
+	p.cur.Store(j)
+	p.gen.Add(1)
+	p.startMu.Lock()
+	ws := p.sleep
+	p.startMu.Unlock()
+	woken := 0
+	for _, w := range ws {
+		if woken >= chunks-1 {
+			break
+		}
+		if w.parked.Load() {
+			select {
+			case w.wake <- struct{}{}:
+			default:
+			}
+		}
+		woken++
+	}
+	j.drain()
+	// wait for the chunks the workers took: spin briefly, then park
+	var t0 time.Time
+	for k := 0; j.done.Load() < j.chunks; k++ {
+		if k&63 == 63 {
+			if t0.IsZero() {
+				t0 = time.Now()
+			} else if time.Since(t0) > poolSpin {
+				j.waiter.Store(true)
+				if j.done.Load() < j.chunks {
+					<-j.fin
+				}
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	p.cur.Store(nil) // let f be collected
+	if e := j.perr.Load(); e != nil {
+		panic(*e)
+	}
+	return true
+}
+
+// loop is a worker: it runs the chunks of every new job, spinning for
+// poolSpin after each before it parks.
+func (p *workPool) loop(w *poolWorker, seen uint64) {
+	for {
+		// wait for a generation after seen
+		var t0 time.Time
+		for k := 0; p.gen.Load() == seen; k++ {
+			if k&63 != 63 {
+				continue
+			}
+			if t0.IsZero() {
+				t0 = time.Now()
+				continue
+			}
+			if time.Since(t0) <= poolSpin {
+				runtime.Gosched()
+				continue
+			}
+			w.parked.Store(true)
+			if p.gen.Load() == seen {
+				<-w.wake
+			}
+			w.parked.Store(false)
+			t0 = time.Time{}
+		}
+		seen = p.gen.Load()
+		if j := p.cur.Load(); j != nil {
+			j.drain()
+		}
+	}
+}

@@ -14,10 +14,15 @@ import (
 // after step, so buffers are keyed by their exact rounded size. Reused
 // buffers are cleared before they are handed out (callers get zeroed
 // memory either way). The pool holds at most poolLimit bytes; ClearCache
-// empties it, as MLX's allocator cache does.
+// empties it, as MLX's allocator cache does. Small buffers (a decode
+// step's activations are a few KiB each, a few megabytes in all) are
+// pooled too, in power-of-two classes: from the Go heap each time they
+// cost garbage collection and, as the runtime hands freed pages back,
+// hundreds of page faults per step.
 const (
-	poolMin   = 64 << 10  // smaller buffers come from the Go heap each time
-	poolQuant = 64 << 10  // pooled sizes round up to this
+	poolMin   = 64 << 10  // smaller buffers round up to a power of two (at least poolSmall)
+	poolSmall = 64        // the smallest class
+	poolQuant = 64 << 10  // larger pooled sizes round up to this
 	poolLimit = 512 << 20 // bytes kept for reuse at most
 )
 
@@ -38,13 +43,18 @@ var (
 )
 
 // poolSize is the capacity a pooled request of size bytes gets.
-func poolSize(size int) int { return (size + poolQuant - 1) / poolQuant * poolQuant }
+func poolSize(size int) int {
+	if size < poolMin {
+		return max(poolSmall, 1<<bits.Len(uint(size-1)))
+	}
+	return (size + poolQuant - 1) / poolQuant * poolQuant
+}
 
 // getBuffer returns zeroed memory for size bytes and the function that
 // gives it back.
 func getBuffer(size int) ([]byte, func([]byte)) {
-	if size < poolMin {
-		return heapBytes(size), nil
+	if size == 0 {
+		return heapBytes(0), nil
 	}
 	c := poolSize(size)
 	noteLive(int64(c))
@@ -149,9 +159,9 @@ func (be *Backend) ClearCache() error {
 	return nil
 }
 
-// PeakMemory reports the most bytes of pooled-size buffers (64 KiB and
-// up: weights, caches, activations) alive at once since the process
-// started; small buffers are not counted.
+// PeakMemory reports the most bytes of buffers (weights, caches,
+// activations, each counted at its pooled size) alive at once since the
+// process started.
 func (be *Backend) PeakMemory() (uint64, error) { return uint64(peakBytes.Load()), nil }
 
 // PooledBytes reports the bytes held for reuse; for tests and stats.

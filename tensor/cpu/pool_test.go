@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"testing"
+	"unsafe"
 
 	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tensor/tensortest"
@@ -53,5 +54,43 @@ func TestPoolBoundedAndCleared(t *testing.T) {
 	}
 	if err := be.ClearCache(); err != nil || be.PooledBytes() != 0 {
 		t.Fatalf("after ClearCache the pool holds %d bytes (err %v)", be.PooledBytes(), err)
+	}
+}
+
+// Small buffers are pooled by power-of-two class: a freed one is handed
+// out again for any size of its class, cleared, and 64-byte aligned.
+func TestPoolSmallClasses(t *testing.T) {
+	_ = Default.ClearCache()
+	for _, size := range []int{1, 63, 64, 65, 1000, 4096, 40_000, poolMin - 1} {
+		d, rel := getBuffer(size)
+		if len(d) != size || cap(d) < size {
+			t.Fatalf("size %d: got len %d cap %d", size, len(d), cap(d))
+		}
+		for i := range d {
+			d[i] = 0xAB
+		}
+		first := &d[0]
+		rel(d)
+		c := poolSize(size)
+		if c&(c-1) != 0 || c < size || c < poolSmall {
+			t.Fatalf("size %d: class %d is not a power of two at least the size", size, c)
+		}
+		e, rel2 := getBuffer(c) // the largest size of the class: the same buffer
+		if &e[0] != first {
+			t.Fatalf("size %d: class %d did not reuse the freed buffer", size, c)
+		}
+		if uintptr(unsafe.Pointer(&e[0]))%64 != 0 {
+			t.Fatalf("size %d: reused buffer not 64-byte aligned", size)
+		}
+		for i, v := range e {
+			if v != 0 {
+				t.Fatalf("size %d: reused buffer not cleared at %d", size, i)
+			}
+		}
+		rel2(e)
+	}
+	_ = Default.ClearCache()
+	if Default.PooledBytes() != 0 {
+		t.Fatal("ClearCache left small buffers in the pool")
 	}
 }

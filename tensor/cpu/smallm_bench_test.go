@@ -32,18 +32,22 @@ func BenchmarkQMatmulSmallM(b *testing.B) {
 				}
 			}
 			for _, m := range []int{1, 2, 4, 8, 16} {
-				b.Run(fmt.Sprintf("b%d_N%d_K%d_rows%d", bits, n, k, m), func(b *testing.B) {
-					x := tensor.FromFloat32(randF32(r, m*k), []int{m, k}, tensor.BFloat16)
-					defer x.Free()
-					for b.Loop() {
-						for _, l := range layers {
-							tensor.QuantizedMatmul(x, l[0], l[1], l[2], true, 64, bits).Free()
+				for _, kern := range []string{"z", "t"} {
+					b.Run(fmt.Sprintf("b%d_N%d_K%d_rows%d_%s", bits, n, k, m, kern), func(b *testing.B) {
+						qmvzOn = kern == "z"
+						defer func() { qmvzOn = true }()
+						x := tensor.FromFloat32(randF32(r, m*k), []int{m, k}, tensor.BFloat16)
+						defer x.Free()
+						for b.Loop() {
+							for _, l := range layers {
+								tensor.QuantizedMatmul(x, l[0], l[1], l[2], true, 64, bits).Free()
+							}
 						}
-					}
-					gbs := bytes * float64(b.N*len(layers)) / b.Elapsed().Seconds() / 1e9
-					b.ReportMetric(gbs, "GB/s")
-					b.ReportMetric(gbs*float64(m), "rowGB/s")
-				})
+						gbs := bytes * float64(b.N*len(layers)) / b.Elapsed().Seconds() / 1e9
+						b.ReportMetric(gbs, "GB/s")
+						b.ReportMetric(gbs*float64(m), "rowGB/s")
+					})
+				}
 			}
 			for _, l := range layers {
 				tensor.Free(l[:]...)

@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -150,7 +149,6 @@ func (p *workPool) run(n, step, chunks int, f func(lo, hi int)) bool {
 				}
 				break
 			}
-			runtime.Gosched()
 		}
 	}
 	p.cur.Store(nil) // let f be collected
@@ -175,7 +173,6 @@ func (p *workPool) loop(w *poolWorker, seen uint64) {
 				continue
 			}
 			if time.Since(t0) <= poolSpin {
-				runtime.Gosched()
 				continue
 			}
 			w.parked.Store(true)

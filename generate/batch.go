@@ -27,6 +27,21 @@ type BatchOptions struct {
 	// long prompt never stalls the rows already decoding (chunked
 	// prefill).
 	TokenBudget int
+	// PrefillRows caps how many joining rows' prompt chunks one pass
+	// holds (0: as many as the budget has room for). Joiners are served
+	// first come, first served either way: the earliest takes what the
+	// budget leaves after the decode tokens, the next what it leaves, and
+	// so on; PrefillRows 1 gives the budget's rest to the earliest alone.
+	PrefillRows int
+	// FillPrefill lets a pass in which a joining row's prompt ends (its
+	// first token sampled) also hold chunks of later joiners that do not
+	// end theirs. By default it holds only chunks that end their prompts
+	// too: a pass's tokens all come out when it ends, so a later joiner's
+	// long chunk there would delay the earlier row's first token by that
+	// work; it goes in the next pass instead (first come, first served,
+	// each first token after as little work as the order allows; short
+	// prompts still end together in one pass).
+	FillPrefill bool
 	// Backend is the backend every row runs on (default: tensor.Default).
 	Backend tensor.Backend
 	// Pool, when set, holds the KV of every row that brings no caches of
@@ -232,7 +247,7 @@ func NewBatch(m Model, o BatchOptions) (*Batch, error) {
 	if o.TokenBudget == 0 {
 		o.TokenBudget = DefaultPrefillChunkSize
 	}
-	if o.MaxRows < 0 || o.TokenBudget < 0 {
+	if o.MaxRows < 0 || o.TokenBudget < 0 || o.PrefillRows < 0 {
 		return nil, fmt.Errorf("generate: batch of %d rows, %d tokens per pass", o.MaxRows, o.TokenBudget)
 	}
 	if o.TokenBudget < o.MaxRows {
@@ -487,7 +502,7 @@ func (b *Batch) admit(r *Row, events []Event) []Event {
 
 // plan picks the pass's segments: every decoding row's next tokens, then
 // prefill chunks (or first steps) of the others, in row order, within the
-// token budget.
+// token budget (and BatchOptions.PrefillRows, FillPrefill).
 func (b *Batch) plan(events []Event) ([]segment, []Event) {
 	var segs []segment
 	budget := b.o.TokenBudget
@@ -529,13 +544,23 @@ func (b *Batch) plan(events []Event) ([]segment, []Event) {
 			sampled(r, nil, r.in)
 		}
 	}
+	joining := 0    // rows with a prompt chunk in this pass
+	firsts := false // some row's first step is in this pass
 	for _, r := range b.running {
 		if r.phase != phasePrefill || budget <= 0 {
 			continue
 		}
 		var pre []int32
 		if ids := r.q.nextChunk(min(budget, r.q.o.PrefillChunkSize)); ids != nil {
-			if !r.q.endsPrefill(ids) || len(ids)+1 > budget {
+			if b.o.PrefillRows > 0 && joining >= b.o.PrefillRows {
+				continue
+			}
+			ends := r.q.endsPrefill(ids) && len(ids)+1 <= budget
+			if !ends && firsts && !b.o.FillPrefill {
+				continue // not beside an earlier row's first token
+			}
+			joining++
+			if !ends {
 				segs = append(segs, segment{r: r, ids: ids})
 				budget -= len(ids)
 				continue
@@ -552,6 +577,7 @@ func (b *Batch) plan(events []Event) ([]segment, []Event) {
 			r.specEnter()
 			if len(pre)+len(r.in) <= budget || len(segs) == 0 || pre != nil {
 				specced(r, pre, budget)
+				firsts = true
 			}
 			continue
 		}
@@ -571,7 +597,9 @@ func (b *Batch) plan(events []Event) ([]segment, []Event) {
 		// The first step and its forced tokens go in one pass (as alone):
 		// without room in this one, the row waits for the next.
 		if len(pre)+len(in) <= budget || len(segs) == 0 || pre != nil {
-			sampled(r, pre, in)
+			if sampled(r, pre, in) {
+				firsts = true
+			}
 		}
 	}
 	return segs, events

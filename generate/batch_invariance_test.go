@@ -43,6 +43,8 @@ func TestBatchInvariance(t *testing.T) {
 				}
 				bo := generate.BatchOptions{MaxRows: 1 + r.IntN(6)}
 				bo.TokenBudget = bo.MaxRows + r.IntN(40)
+				bo.PrefillRows = r.IntN(3) // 0: joiners fill the budget; 1, 2: at most that many per pass
+				bo.FillPrefill = r.IntN(2) == 0
 				got, st := runBatch(t, m, reqs, bo)
 				for i, q := range reqs {
 					sameAsSolo(t, name, i, got[i], runSolo(t, m, q.prompt, q.o))
@@ -50,7 +52,7 @@ func TestBatchInvariance(t *testing.T) {
 				if st.MaxRows < min(2, bo.MaxRows) {
 					t.Errorf("the schedule never batched rows (max %d)", st.MaxRows)
 				}
-				t.Logf("%d rows, max batch %d of %d, budget %d: %d steps, %d tokens", len(reqs), st.MaxRows, bo.MaxRows, bo.TokenBudget, st.Steps, st.Tokens)
+				t.Logf("%d rows, max batch %d of %d, budget %d, joiners %d: %d steps, %d tokens", len(reqs), st.MaxRows, bo.MaxRows, bo.TokenBudget, bo.PrefillRows, st.Steps, st.Tokens)
 			})
 			total += rowsPer
 		}

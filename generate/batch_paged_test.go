@@ -74,6 +74,8 @@ func TestBatchPagedInvariance(t *testing.T) {
 				bs := []int{1, 4, 16}[r.IntN(3)]
 				bo := generate.BatchOptions{MaxRows: 2 + r.IntN(5)}
 				bo.TokenBudget = bo.MaxRows + r.IntN(40)
+				bo.PrefillRows = r.IntN(3) // 0: joiners fill the budget; 1, 2: at most that many per pass
+				bo.FillPrefill = r.IntN(2) == 0
 				// room for about three of the longest rows at once
 				longest := 0
 				for _, q := range reqs {

@@ -101,3 +101,68 @@ func TestBatchRowAdapters(t *testing.T) {
 		t.Error("adapters on a model without a RowForwarder were accepted")
 	}
 }
+
+// TestBatchPrefillRows: three prompts added at once share the first pass
+// under a budget that holds them all, or go one per pass, first come first
+// served, with PrefillRows 1 (the rows already in decoding beside each);
+// every row generates what it generates alone either way.
+func TestBatchPrefillRows(t *testing.T) {
+	m := loadModel(t, filepath.Join(fixtures, "llama3", "f32"), nil)
+	prompt := func(k int) []int32 {
+		p := make([]int32, 20)
+		for i := range p {
+			p[i] = int32((i*7 + 3 + k*31) % m.VocabSize())
+		}
+		return p
+	}
+	for _, cap := range []int{0, 1} {
+		b, err := generate.NewBatch(m, generate.BatchOptions{MaxRows: 4, TokenBudget: 256, PrefillRows: cap})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rows []*generate.Row
+		for k := range 3 {
+			r, err := b.Add(context.Background(), prompt(k), &generate.Options{MaxTokens: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows = append(rows, r)
+		}
+		got := map[*generate.Row]*solo{}
+		var first []int // the step of each row's first token
+		var passes []int
+		for step := 0; !b.Idle(); step++ {
+			evs, err := b.Step()
+			if err != nil {
+				t.Fatal(err)
+			}
+			passes = append(passes, b.Stats().LastStepTokens)
+			for _, ev := range evs {
+				if len(ev.Tokens) > 0 && got[ev.Row] == nil {
+					first = append(first, step)
+					got[ev.Row] = &solo{}
+				}
+				if len(ev.Tokens) > 0 {
+					got[ev.Row].add(ev.Tokens)
+				}
+			}
+		}
+		b.Close()
+		want := []int{0, 0, 0}
+		if cap == 1 {
+			want = []int{0, 1, 2}
+		}
+		if !slices.Equal(first, want) {
+			t.Errorf("PrefillRows %d: first tokens at steps %v, want %v (passes of %v tokens)", cap, first, want, passes)
+		}
+		if cap == 1 && (passes[0] != 20 || passes[1] != 21 || passes[2] != 22) {
+			t.Errorf("PrefillRows 1: passes of %v tokens, want 20, 21, 22 first (one prompt and the decoding rows)", passes)
+		}
+		for k, r := range rows {
+			alone := runSolo(t, m, prompt(k), generate.Options{MaxTokens: 4})
+			if g := got[r]; g == nil || !slices.Equal(g.ids, alone.ids) || !slices.Equal(g.lps, alone.lps) {
+				t.Errorf("PrefillRows %d: row %d generated %v, alone %v (logprob bits equal: %v)", cap, k, g, alone.ids, g != nil && slices.Equal(g.lps, alone.lps))
+			}
+		}
+	}
+}

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -127,4 +129,178 @@ func BenchmarkServeConcurrency(b *testing.B) {
 	b.ReportMetric(loaded/n, "ttft_p50_8_ms")
 	b.ReportMetric(loaded/idle, "ttft_x")
 	b.Logf("GOMAXPROCS %d", runtime.GOMAXPROCS(0))
+}
+
+// BenchmarkServeTTFTLoad measures the time to first token of 8 distinct
+// ~256-token prompts sent at once, against that of one such prompt at an
+// idle server, for several token budgets per pass (Config.TokenBudget;
+// "256/1": also Config.PrefillRows 1),
+// alternated within one run: rounds × budgets, each round a fresh order.
+// A budget holding all 8 prompts prefills them in one pass (every first
+// token at once, after all of the work); a budget of about one prompt
+// prefills them first come first served (the k-th first token after k
+// prompts' work), decoding the rows already in at every pass.
+//
+// Reported per budget (medians over rounds): the idle TTFT (median of 3),
+// the p50 of the 8 under load (mean of the 4th and 5th), their ratio, the
+// worst TTFT, the longest gap between two tokens of a stream that was
+// already decoding (the stall prefill puts on decode rows) and the
+// aggregate tokens/s of the 8 (first request sent to last token).
+//
+//	MLXGO_TTFT_BUDGETS=2048,512,256,256/1 go test ./serve -run '^$' -bench ServeTTFTLoad -benchtime 1x
+func BenchmarkServeTTFTLoad(b *testing.B) {
+	d := loadDemo(b)
+	budgets := strings.Split("2048,512,256,256/1", ",") // token budget [/ most joining rows per pass]
+	if s := os.Getenv("MLXGO_TTFT_BUDGETS"); s != "" {
+		budgets = strings.Split(s, ",")
+	}
+	rounds := 3
+	if s := os.Getenv("MLXGO_TTFT_ROUNDS"); s != "" {
+		rounds, _ = strconv.Atoi(s)
+	}
+	const promptLen, gen, streams = 256, 16, 8
+	urls := make([]string, len(budgets))
+	for i, bud := range budgets {
+		cfg := d.config()
+		tb, pr, _ := strings.Cut(strings.TrimSpace(bud), "/")
+		var err error
+		if cfg.TokenBudget, err = strconv.Atoi(tb); err != nil {
+			b.Fatal(err)
+		}
+		if pr != "" {
+			if cfg.PrefillRows, err = strconv.Atoi(pr); err != nil {
+				b.Fatal(err)
+			}
+		}
+		cfg.KVBudgetBytes = 256 << 20
+		_, hs := startServer(b, cfg)
+		urls[i] = hs.URL
+	}
+	bias := map[string]float64{}
+	for _, id := range d.eos {
+		bias[fmt.Sprint(id)] = -100
+	}
+	v := d.gm.VocabSize()
+	seed := uint64(1)
+	prompt := func() []int32 { // distinct random ids: the prefix cache sees no repeat
+		p := make([]int32, promptLen)
+		for i := range p {
+			seed = seed*6364136223846793005 + 1442695040888963407
+			p[i] = int32(seed>>33) % int32(min(v, 30000))
+		}
+		return p
+	}
+	// one streamed completion: its TTFT, token arrival times and count
+	stream := func(url string, p []int32, n int, start time.Time) (ttft time.Duration, gaps time.Duration, toks int, err error) {
+		body, _ := json.Marshal(map[string]any{"prompt": p, "max_tokens": n, "temperature": 0, "logit_bias": bias, "stream": true})
+		resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		defer resp.Body.Close()
+		var last time.Time
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			line := sc.Text()
+			if !strings.HasPrefix(line, `data: {`) || !strings.Contains(line, `"text":"`) {
+				continue
+			}
+			now := time.Now()
+			if toks == 0 {
+				ttft = now.Sub(start)
+			} else {
+				gaps = max(gaps, now.Sub(last))
+			}
+			last = now
+			toks++
+		}
+		return ttft, gaps, toks, sc.Err()
+	}
+	type res struct{ idle, p50, worst, stall, tps []float64 }
+	out := make([]res, len(budgets))
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	for r := range rounds * b.N {
+		order := make([]int, len(budgets))
+		for i := range order {
+			order[i] = (i + r) % len(budgets)
+		}
+		for _, i := range order {
+			var idle []float64
+			for range 3 {
+				tt, _, _, err := stream(urls[i], prompt(), 1, time.Now())
+				if err != nil {
+					b.Fatal(err)
+				}
+				idle = append(idle, ms(tt))
+			}
+			slices.Sort(idle)
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var ttfts []float64
+			stall, total := 0.0, 0
+			start := time.Now()
+			for range streams {
+				p := prompt()
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					tt, gap, n, err := stream(urls[i], p, gen, start)
+					if err != nil {
+						b.Error(err)
+					}
+					mu.Lock()
+					ttfts = append(ttfts, ms(tt))
+					stall = max(stall, ms(gap))
+					total += n
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			wall := time.Since(start).Seconds()
+			slices.Sort(ttfts)
+			o := &out[i]
+			o.idle = append(o.idle, idle[1])
+			o.p50 = append(o.p50, (ttfts[streams/2-1]+ttfts[streams/2])/2)
+			o.worst = append(o.worst, ttfts[streams-1])
+			o.stall = append(o.stall, stall)
+			o.tps = append(o.tps, float64(total)/wall)
+			b.Logf("round %d budget %s: idle %.0f ms, ttfts %v ms, stall %.0f ms, %.1f tok/s, load %s", r, budgets[i], idle[1], ttfts, stall, float64(total)/wall, loadAvg())
+		}
+	}
+	med := func(x []float64) float64 {
+		x = slices.Clone(x)
+		slices.Sort(x)
+		if len(x)%2 == 1 {
+			return x[len(x)/2]
+		}
+		return (x[len(x)/2-1] + x[len(x)/2]) / 2
+	}
+	for i, bud := range budgets {
+		o := out[i]
+		ratio := make([]float64, len(o.p50))
+		for k := range ratio {
+			ratio[k] = o.p50[k] / o.idle[k]
+		}
+		tag := "_b" + strings.ReplaceAll(strings.TrimSpace(bud), "/", "r")
+		b.ReportMetric(med(o.idle), "ttft_idle_ms"+tag)
+		b.ReportMetric(med(o.p50), "ttft_p50_8_ms"+tag)
+		b.ReportMetric(med(ratio), "ttft_x"+tag)
+		b.ReportMetric(med(o.worst), "ttft_max_ms"+tag)
+		b.ReportMetric(med(o.stall), "stall_ms"+tag)
+		b.ReportMetric(med(o.tps), "tok/s"+tag)
+	}
+	b.Logf("GOMAXPROCS %d, load %s", runtime.GOMAXPROCS(0), loadAvg())
+}
+
+// loadAvg is /proc/loadavg's first three fields ("?" where unreadable).
+func loadAvg() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(raw))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }

@@ -107,11 +107,7 @@ func newBatchLane(e *engine) (*batchLane, error) {
 	if err != nil {
 		return nil, err
 	}
-	chunk := cfg.PrefillChunkSize
-	if chunk <= 0 {
-		chunk = generate.DefaultPrefillChunkSize
-	}
-	bo := generate.BatchOptions{MaxRows: cfg.Batch, TokenBudget: max(chunk, cfg.Batch), Backend: cfg.Backend, Pool: pool}
+	bo := generate.BatchOptions{MaxRows: cfg.Batch, TokenBudget: laneBudget(cfg), PrefillRows: cfg.PrefillRows, Backend: cfg.Backend, Pool: pool}
 	var ssd *ssdTier
 	var l *batchLane
 	if cfg.SSDCacheDir != "" {
@@ -131,6 +127,24 @@ func newBatchLane(e *engine) (*batchLane, error) {
 	e.log.Info("batched lane", "rows", cfg.Batch, "block_size", bs, "blocks_per_layer", blocks, "kv_budget_bytes", l.budget)
 	l.publish()
 	return l, nil
+}
+
+// DefaultTokenBudget is the batched lane's tokens per forward pass when
+// Config.TokenBudget is 0.
+const DefaultTokenBudget = generate.DefaultPrefillChunkSize
+
+// laneBudget is the lane's token budget per pass: Config.TokenBudget, or
+// DefaultTokenBudget capped by Config.PrefillChunkSize, never below one
+// decode token per row.
+func laneBudget(cfg *Config) int {
+	n := cfg.TokenBudget
+	if n <= 0 {
+		n = DefaultTokenBudget
+		if cfg.PrefillChunkSize > 0 {
+			n = min(n, cfg.PrefillChunkSize)
+		}
+	}
+	return max(n, cfg.Batch)
 }
 
 // probeBlockBytes runs one token through a one-block pool and returns the

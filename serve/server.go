@@ -138,6 +138,15 @@ type Config struct {
 	Memory  generate.MemoryInfo
 	// PrefillChunkSize is generate.Options.PrefillChunkSize.
 	PrefillChunkSize int
+	// TokenBudget caps the tokens of one forward pass of the batched lane
+	// (generate.BatchOptions.TokenBudget): every decoding row's token,
+	// then prefill chunks of joining prompts, first come first served
+	// (0: DefaultTokenBudget, or PrefillChunkSize when that is smaller).
+	TokenBudget int
+	// PrefillRows caps the joining prompts one pass of the batched lane
+	// prefills (generate.BatchOptions.PrefillRows; 0: as many as the
+	// budget holds).
+	PrefillRows int
 	// PromptCacheBytes caps the prompt cache (0: DefaultPromptCacheBytes;
 	// negative: no prompt cache).
 	PromptCacheBytes int

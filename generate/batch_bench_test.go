@@ -91,12 +91,12 @@ func BenchmarkBatchDecode1B4bit(b *testing.B) {
 // one such prompt alone, for several scheduling policies alternated
 // within one run (each round a fresh order): a token budget per pass and
 // optionally a cap on the joining rows per pass ("256/1": TokenBudget
-// 256, PrefillRows 1). Each row then decodes 8 tokens. Reported per
+// 256, PrefillRows 1) or "f" for FillPrefill ("256f"). Each row then decodes 8 tokens. Reported per
 // policy (medians over rounds): idle TTFT, the p50 of the 8 (mean of the
 // 4th and 5th), their ratio, and the longest gap between two tokens of a
 // row already decoding.
 //
-//	MLXGO_TTFT_POLICIES=2048,256,256/1 MLXGO_TTFT_ROUNDS=3 go test ./generate -run '^$' -bench BatchTTFT1B4bit -benchtime 1x
+//	MLXGO_TTFT_POLICIES=2048,256f,256,128 MLXGO_TTFT_ROUNDS=3 go test ./generate -run '^$' -bench BatchTTFT1B4bit -benchtime 1x
 func BenchmarkBatchTTFT1B4bit(b *testing.B) {
 	dir, _ := writeLlama(b, llamaShape{Hidden: 2048, Layers: 16, Heads: 32, KVHeads: 8, HeadDim: 64, FFN: 8192, Vocab: 32000}, 4)
 	lm, err := model.Load(dir, &model.LoadOptions{Copy: true})
@@ -105,7 +105,7 @@ func BenchmarkBatchTTFT1B4bit(b *testing.B) {
 	}
 	defer lm.Close()
 	m := generate.Wrap(lm, lm.Info().Vocab)
-	policies := strings.Split("2048,512/1,256,256/1", ",")
+	policies := strings.Split("2048,256f,256,128", ",")
 	if s := os.Getenv("MLXGO_TTFT_POLICIES"); s != "" {
 		policies = strings.Split(s, ",")
 	}
@@ -125,7 +125,9 @@ func BenchmarkBatchTTFT1B4bit(b *testing.B) {
 	}
 	opts := make([]generate.BatchOptions, len(policies))
 	for i, pol := range policies {
-		tb, pr, _ := strings.Cut(strings.TrimSpace(pol), "/")
+		pol = strings.TrimSpace(pol)
+		opts[i].FillPrefill = strings.HasSuffix(pol, "f")
+		tb, pr, _ := strings.Cut(strings.TrimSuffix(pol, "f"), "/")
 		opts[i].MaxRows = rows
 		if opts[i].TokenBudget, err = strconv.Atoi(tb); err != nil {
 			b.Fatal(err)

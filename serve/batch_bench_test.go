@@ -134,7 +134,7 @@ func BenchmarkServeConcurrency(b *testing.B) {
 // BenchmarkServeTTFTLoad measures the time to first token of 8 distinct
 // ~256-token prompts sent at once, against that of one such prompt at an
 // idle server, for several token budgets per pass (Config.TokenBudget;
-// "256/1": also Config.PrefillRows 1),
+// "256/1": also Config.PrefillRows 1; "256f": Config.FillPrefill),
 // alternated within one run: rounds × budgets, each round a fresh order.
 // A budget holding all 8 prompts prefills them in one pass (every first
 // token at once, after all of the work); a budget of about one prompt
@@ -147,10 +147,10 @@ func BenchmarkServeConcurrency(b *testing.B) {
 // already decoding (the stall prefill puts on decode rows) and the
 // aggregate tokens/s of the 8 (first request sent to last token).
 //
-//	MLXGO_TTFT_BUDGETS=2048,512,256,256/1 go test ./serve -run '^$' -bench ServeTTFTLoad -benchtime 1x
+//	MLXGO_TTFT_BUDGETS=2048,256f,256,128 go test ./serve -run '^$' -bench ServeTTFTLoad -benchtime 1x
 func BenchmarkServeTTFTLoad(b *testing.B) {
 	d := loadDemo(b)
-	budgets := strings.Split("2048,512,256,256/1", ",") // token budget [/ most joining rows per pass]
+	budgets := strings.Split("2048,256f,256,128", ",") // token budget [/ most joining rows per pass] [f: FillPrefill]
 	if s := os.Getenv("MLXGO_TTFT_BUDGETS"); s != "" {
 		budgets = strings.Split(s, ",")
 	}
@@ -162,7 +162,9 @@ func BenchmarkServeTTFTLoad(b *testing.B) {
 	urls := make([]string, len(budgets))
 	for i, bud := range budgets {
 		cfg := d.config()
-		tb, pr, _ := strings.Cut(strings.TrimSpace(bud), "/")
+		bud = strings.TrimSpace(bud)
+		cfg.FillPrefill = strings.HasSuffix(bud, "f")
+		tb, pr, _ := strings.Cut(strings.TrimSuffix(bud, "f"), "/")
 		var err error
 		if cfg.TokenBudget, err = strconv.Atoi(tb); err != nil {
 			b.Fatal(err)

@@ -107,7 +107,7 @@ func newBatchLane(e *engine) (*batchLane, error) {
 	if err != nil {
 		return nil, err
 	}
-	bo := generate.BatchOptions{MaxRows: cfg.Batch, TokenBudget: laneBudget(cfg), PrefillRows: cfg.PrefillRows, Backend: cfg.Backend, Pool: pool}
+	bo := generate.BatchOptions{MaxRows: cfg.Batch, TokenBudget: laneBudget(cfg), PrefillRows: cfg.PrefillRows, FillPrefill: cfg.FillPrefill, Backend: cfg.Backend, Pool: pool}
 	var ssd *ssdTier
 	var l *batchLane
 	if cfg.SSDCacheDir != "" {
@@ -130,8 +130,16 @@ func newBatchLane(e *engine) (*batchLane, error) {
 }
 
 // DefaultTokenBudget is the batched lane's tokens per forward pass when
-// Config.TokenBudget is 0.
-const DefaultTokenBudget = generate.DefaultPrefillChunkSize
+// Config.TokenBudget is 0: decode tokens first, then joining prompts in
+// chunks, first come first served. With 2048, concurrent prompts that
+// arrive together were prefilled in one pass, so every first token came
+// after all of their work (8 simultaneous 256-token prompts: TTFT p50
+// 7.8–10.9× idle) and running rows stalled for the whole pass; at 256 the
+// k-th prompt's first token comes after about k prompts' work (p50 4.8–5×,
+// against a floor of 4.5× when prefill is compute bound) and a decoding
+// row waits at most one 256-token pass (BenchmarkServeTTFTLoad,
+// generate's BenchmarkBatchTTFT1B4bit; BENCHMARKS.md).
+const DefaultTokenBudget = 256
 
 // laneBudget is the lane's token budget per pass: Config.TokenBudget, or
 // DefaultTokenBudget capped by Config.PrefillChunkSize, never below one

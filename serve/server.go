@@ -147,6 +147,8 @@ type Config struct {
 	// prefills (generate.BatchOptions.PrefillRows; 0: as many as the
 	// budget holds).
 	PrefillRows int
+	// FillPrefill is generate.BatchOptions.FillPrefill.
+	FillPrefill bool
 	// PromptCacheBytes caps the prompt cache (0: DefaultPromptCacheBytes;
 	// negative: no prompt cache).
 	PromptCacheBytes int

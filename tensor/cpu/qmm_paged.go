@@ -15,7 +15,7 @@ import "github.com/mlxgo/mlxgo/tensor"
 func (be *Backend) QuantizedMatmulPaged(x, wPool, sPool, bPool *tensor.Array, table []int32, kvLen int, transpose bool, groupSize, bits int, shape []int) *tensor.Array {
 	h, bs := wPool.Dim(1), wPool.Dim(2)
 	base := qmat{sdt: sPool.DType(), rows: kvLen, cols: wPool.Dim(3) * 32 / bits, gs: groupSize, bits: bits}
-	if !qmmPagedUsable(base, transpose) || sPool.DType() != bPool.DType() {
+	if !qmmPagedUsable(base, x.DType(), transpose) || sPool.DType() != bPool.DType() {
 		return nil
 	}
 	q := loadQ(wPool, sPool, bPool, groupSize, bits)
@@ -38,11 +38,13 @@ func (be *Backend) QuantizedMatmulPaged(x, wPool, sPool, bPool *tensor.Array, ta
 	return out
 }
 
-// qmmPagedUsable reports whether qmmRun can take w with its rows paged:
-// the paths that walk rows in runs (qmvZ for x·Wᵀ, qmmNFast for x·W).
-func qmmPagedUsable(w qmat, transpose bool) bool {
+// qmmPagedUsable reports whether qmmRun can take w with its rows paged
+// for x of dtype dt: the paths that walk rows in runs (qmvZ for x·Wᵀ,
+// qmmNFast for x·W). Where qmmRun would pick qmvT for the contiguous
+// matrix, the paged one is gathered instead, so both give the same bits.
+func qmmPagedUsable(w qmat, dt tensor.DType, transpose bool) bool {
 	if transpose {
-		return qmvzUsable(w)
+		return qmvzUsable(w) && !qmvTFirst(w, dt)
 	}
 	return qmmNUsable(w)
 }

@@ -10,11 +10,14 @@ import "unsafe"
 // (exactly its bfloat16, float16 or float32 value), so every product is
 // exact inside its FMA, as in qmvA (TestQMVZExact).
 //
-// On AVX-512 machines it serves every x dtype in place of the AVX512_BF16
-// matvec (qmvT) and the older float32 kernels (qmmT4) whenever K is whole
-// 64-code blocks: per row and block it issues one FMA-port operation per
-// 16 codes of each row, with no per-row conversions, and reads each
-// weight byte once per pass whatever the pass's row count.
+// On AVX-512 machines it serves float32 and float16 x, bfloat16 x at K of
+// 512 or less (a quantized KV cache's head dims, paged or not), and every
+// dtype where the AVX512_BF16 matvec (qmvT, which bfloat16 x at larger K
+// takes first: see qmvTFirst) is missing, in place of the older float32
+// kernels (qmmT4), whenever K is whole 64-code blocks: per row and block
+// it issues one FMA-port operation per 16 codes of each row, with no
+// per-row conversions, and reads each weight byte once per pass whatever
+// the pass's row count.
 
 //go:generate go run gen_qmvz.go
 

@@ -34,8 +34,8 @@ func BenchmarkQMatmulSmallM(b *testing.B) {
 			for _, m := range []int{1, 2, 4, 8, 16} {
 				for _, kern := range []string{"z", "t"} {
 					b.Run(fmt.Sprintf("b%d_N%d_K%d_rows%d_%s", bits, n, k, m, kern), func(b *testing.B) {
-						qmvzOn = kern == "z"
-						defer func() { qmvzOn = true }()
+						qmvzOn, qmvTFirstOn = kern == "z", kern == "t"
+						defer func() { qmvzOn, qmvTFirstOn = true, true }()
 						x := tensor.FromFloat32(randF32(r, m*k), []int{m, k}, tensor.BFloat16)
 						defer x.Free()
 						for b.Loop() {

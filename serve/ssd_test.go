@@ -1,12 +1,17 @@
 package serve
 
 import (
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/model"
 )
 
 // TestSSDCacheRestart: a 2,000-token prompt's KV (300 under the race
@@ -90,4 +95,91 @@ func TestSSDCacheRestart(t *testing.T) {
 	if _, err := os.Stat(files[0] + ssdQuarantine); err != nil {
 		t.Errorf("no quarantined file: %v", err)
 	}
+}
+
+// TestSSDCacheAfterEviction: under a KV budget of about two requests, a
+// prompt's blocks are evicted from the paged pool by later requests (the
+// pool holds none of it any more); asked again, the prompt comes back from
+// the SSD cache (all but its last token, an SSD hit) and the answer is
+// the cold one, token for token. The llama3 fixture (no sliding window,
+// so that the pool itself would have kept the prefix).
+func TestSSDCacheAfterEviction(t *testing.T) {
+	dir, _ := fixtureDirs()
+	if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); err != nil {
+		t.Skip("the llama3 fixture model is absent (model/testdata/llama3/f32)")
+	}
+	lm, err := model.Load(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lm.Close() })
+	const n, gen = 16*5 + 1, 6 // n−1 whole blocks: a pool that kept them needs no restore
+	config := func() Config {
+		return Config{Model: generate.Wrap(lm, lm.Info().Vocab), ModelID: "llama3-tiny", Tokenizer: charTokenizer(t), EOS: []int32{2},
+			ContextLength: 128, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	}
+	// the bytes of one block of every layer, from a probe server's pool
+	probe := config()
+	probe.KVBudgetBytes = 4 << 20
+	psrv, phs := startServer(t, probe)
+	pst := psrv.Stats().Batch
+	phs.Close()
+	psrv.Close()
+	per := pst.KVBudgetBytes / (pst.Blocks.Capacity / lm.Info().Layers)
+	bs := pst.Blocks.Size
+	cfg := config()
+	cfg.SSDCacheDir = t.TempDir()
+	cfg.SSDCacheMinTokens = 32
+	cfg.KVBudgetBytes = per * (2*(n+gen+bs-1)/bs + 2)
+	srv, hs := startServer(t, cfg)
+	r := rand.New(rand.NewPCG(3, 4))
+	prompt := func() []int {
+		p := make([]int, n)
+		for i := range p {
+			p[i] = 3 + r.IntN(250)
+		}
+		return p
+	}
+	ask := func(p []int) (string, float64) {
+		t.Helper()
+		code, out := post(t, hs.URL+"/v1/completions", map[string]any{"prompt": p, "max_tokens": gen, "temperature": 0, "logit_bias": map[string]float64{"2": -100}})
+		if code != 200 {
+			t.Fatalf("completion: %d %v", code, out)
+		}
+		u := out["usage"].(map[string]any)
+		return out["choices"].([]any)[0].(map[string]any)["text"].(string), u["prompt_tokens_details"].(map[string]any)["cached_tokens"].(float64)
+	}
+	a := prompt()
+	ids := make([]int32, n)
+	for i, id := range a {
+		ids[i] = int32(id)
+	}
+	cold, _ := ask(a)
+	held := func() int { return srv.eng.lane.pool.CachedPrefix(ids) } // (between requests: the engine goroutine is idle)
+	if raceEnabled {
+		held = func() int { return -1 }
+	}
+	before := held()
+	for range 3 { // other prompts push a's blocks out of the pool
+		ask(prompt())
+	}
+	resp, err := hs.Client().Post(hs.URL+"/admin/cache/flush", "application/json", strings.NewReader("{}"))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("flush: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	after := held()
+	if before >= 0 && (before < n-1 || after >= bs) {
+		t.Fatalf("the pool held %d tokens of the prompt after it, %d after the others: the test needs them evicted", before, after)
+	}
+	hits := srv.Stats().SSD.Hits
+	warm, cached := ask(a)
+	st := srv.Stats()
+	if warm != cold || cached < n-1 {
+		t.Errorf("after eviction: %q with %v cached tokens, cold %q", warm, cached, cold)
+	}
+	if st.SSD.Hits != hits+1 {
+		t.Errorf("the prompt did not come from the SSD cache: %+v", st.SSD)
+	}
+	t.Logf("pool of %d blocks of %d tokens per layer; the prompt's cached tokens: %d in the pool after it, %d after 3 others; %v from the SSD cache; SSD %+v", st.Batch.Blocks.Capacity/lm.Info().Layers, bs, before, after, cached, st.SSD)
 }

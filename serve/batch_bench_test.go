@@ -27,7 +27,11 @@ import (
 //	go test ./serve -run '^$' -bench ServeConcurrency -benchtime 3x
 func BenchmarkServeConcurrency(b *testing.B) {
 	d := loadDemo(b)
-	_, hs := startServer(b, d.config())
+	cfg := d.config()
+	if s := os.Getenv("MLXGO_TOKEN_BUDGET"); s != "" { // compare budgets (Config.TokenBudget)
+		cfg.TokenBudget, _ = strconv.Atoi(s)
+	}
+	_, hs := startServer(b, cfg)
 	const tokens = 128
 	bias := map[string]float64{}
 	for _, id := range d.eos {

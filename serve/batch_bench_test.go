@@ -22,7 +22,9 @@ import (
 // 8 are decoding against one that arrives at an idle server (the median of
 // three one-token probes each), in the same run. Each stream asks for 128
 // tokens with EOS banned, on its own prompt (the prefix cache sees no
-// repeat).
+// repeat). MLXGO_PROBE_TOKENS=256 makes the probes 256-token prompts
+// (distinct token ids) instead of a short chat message; MLXGO_TOKEN_BUDGET
+// sets Config.TokenBudget.
 //
 //	go test ./serve -run '^$' -bench ServeConcurrency -benchtime 3x
 func BenchmarkServeConcurrency(b *testing.B) {
@@ -30,6 +32,10 @@ func BenchmarkServeConcurrency(b *testing.B) {
 	cfg := d.config()
 	if s := os.Getenv("MLXGO_TOKEN_BUDGET"); s != "" { // compare budgets (Config.TokenBudget)
 		cfg.TokenBudget, _ = strconv.Atoi(s)
+	}
+	probeTokens := 0 // MLXGO_PROBE_TOKENS: probes with prompts of that many token ids (else a short chat message)
+	if s := os.Getenv("MLXGO_PROBE_TOKENS"); s != "" {
+		probeTokens, _ = strconv.Atoi(s)
 	}
 	_, hs := startServer(b, cfg)
 	const tokens = 128
@@ -47,15 +53,24 @@ func BenchmarkServeConcurrency(b *testing.B) {
 		mu.Unlock()
 		body, _ := json.Marshal(map[string]any{"messages": []map[string]string{{"role": "user", "content": fmt.Sprintf("Story %d: tell me about the sea.", id)}},
 			"max_tokens": maxTokens, "temperature": 0, "logit_bias": bias, "stream": true})
+		url, field := hs.URL+"/v1/chat/completions", `"content":"`
+		if maxTokens == 1 && probeTokens > 0 { // a probe of probeTokens distinct token ids
+			p := make([]int32, probeTokens)
+			for i := range p {
+				p[i] = int32((i*7919 + id*104729) % min(d.gm.VocabSize(), 30000))
+			}
+			body, _ = json.Marshal(map[string]any{"prompt": p, "max_tokens": 1, "temperature": 0, "logit_bias": bias, "stream": true})
+			url, field = hs.URL+"/v1/completions", `"text":"`
+		}
 		start := time.Now()
-		resp, err := http.Post(hs.URL+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+		resp, err := http.Post(url, "application/json", bytes.NewReader(body))
 		if err != nil {
 			return 0, 0, err
 		}
 		defer resp.Body.Close()
 		sc := bufio.NewScanner(resp.Body)
 		for sc.Scan() {
-			if line := sc.Text(); strings.HasPrefix(line, `data: {`) && strings.Contains(line, `"content":"`) && !strings.Contains(line, `"role"`) {
+			if line := sc.Text(); strings.HasPrefix(line, `data: {`) && strings.Contains(line, field) && !strings.Contains(line, `"role"`) {
 				if chunks == 0 {
 					ttft = time.Since(start)
 				}

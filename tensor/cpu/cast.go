@@ -75,3 +75,27 @@ func storeBF16(u []uint16, src []float32) {
 		u[i] = tensor.F32ToBF16(src[i])
 	}
 }
+
+// loadF16 widens src (float16) into dst bit for bit as tensor.F16ToF32:
+// 16 at a time with AVX-512, 8 at a time with AVX2 F16C (whose signalling
+// NaNs come back quiet, so NaN lanes are redone by tensor.F16ToF32).
+func loadF16(dst []float32, src []uint16) {
+	src = src[:len(dst)]
+	i := 0
+	switch {
+	case hasAVX512 && len(src) >= 16:
+		i = len(src) &^ 15
+		cvtF16ToF32N(&dst[0], &src[0], i)
+	case hasAVX2 && len(src) >= 8:
+		i = len(src) &^ 7
+		cvtF16ToF32Y(dst[:i], src[:i])
+		for k, h := range src[:i] {
+			if h&0x7fff > 0x7c00 {
+				dst[k] = tensor.F16ToF32(h)
+			}
+		}
+	}
+	for ; i < len(src); i++ {
+		dst[i] = tensor.F16ToF32(src[i])
+	}
+}

@@ -179,6 +179,10 @@ func ewLoadF32(dt tensor.DType, data []byte, off, st, n int, buf []float32) []fl
 		}
 	case tensor.Float16:
 		s := ewView[uint16](data)
+		if st == 1 {
+			loadF16(buf, s[off:off+n])
+			break
+		}
 		for i := range buf {
 			buf[i] = tensor.F16ToF32(s[off+i*st])
 		}

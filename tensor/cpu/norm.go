@@ -26,10 +26,7 @@ func fusedLoad(dst []float32, data []byte, off int, dt tensor.DType) {
 			dst[i] = math.Float32frombits(uint32(h) << 16)
 		}
 	case tensor.Float16:
-		src := u16s(data[2*off : 2*(off+n)])
-		for i, h := range src {
-			dst[i] = tensor.F16ToF32(h)
-		}
+		loadF16(dst, u16s(data[2*off:2*(off+n)]))
 	default:
 		for i := range dst {
 			dst[i] = float32(indexValue(data, off+i, dt))
@@ -55,8 +52,25 @@ func fusedRoundRow(v []float32, dt tensor.DType) {
 	if dt == tensor.Float32 {
 		return
 	}
+	if dt == tensor.Float16 && (hasAVX512 || hasAVX2) && len(v) >= 8 {
+		roundRowF16(v)
+		return
+	}
 	for i := range v {
 		v[i] = tensor.RoundTo(v[i], dt)
+	}
+}
+
+// roundRowF16 rounds v to float16 and back in place, bit for bit as
+// tensor.RoundTo (storeF16 and loadF16 are tensor.F32ToF16 and
+// tensor.F16ToF32 exactly), a block at a time through a stack buffer.
+func roundRowF16(v []float32) {
+	var h [512]uint16
+	for len(v) > 0 {
+		c := v[:min(len(v), len(h))]
+		storeF16(h[:len(c)], c)
+		loadF16(c, h[:len(c)])
+		v = v[len(c):]
 	}
 }
 
@@ -145,6 +159,13 @@ func normSum(v []float32) float32 {
 func normScale(row []float32, invD, eps float32, dt tensor.DType) {
 	ms := float32(normSumSq(row)*invD) + eps
 	inv := float32(1 / float32(math.Sqrt(float64(ms))))
+	if dt == tensor.Float16 {
+		for i, v := range row {
+			row[i] = float32(v * inv)
+		}
+		fusedRoundRow(row, dt)
+		return
+	}
 	for i, v := range row {
 		row[i] = tensor.RoundTo(float32(v*inv), dt)
 	}
@@ -210,8 +231,15 @@ func (be *Backend) LayerNorm(x, w, b *tensor.Array, eps float32) *tensor.Array {
 		}
 		normScale(row, invD, eps, dt)
 		if wv != nil {
-			for i := range row {
-				row[i] = tensor.RoundTo(float32(row[i]*wv[i]), dt)
+			if dt == tensor.Float16 {
+				for i := range row {
+					row[i] = float32(row[i] * wv[i])
+				}
+				fusedRoundRow(row, dt)
+			} else {
+				for i := range row {
+					row[i] = tensor.RoundTo(float32(row[i]*wv[i]), dt)
+				}
 			}
 		}
 		if bv != nil {

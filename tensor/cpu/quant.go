@@ -39,18 +39,7 @@ func toF32(dst []float32, b []byte, dt tensor.DType) {
 			dst[i] = math.Float32frombits(uint32(h) << 16)
 		}
 	case tensor.Float16:
-		u := u16s(b)[:len(dst)]
-		switch {
-		case hasAVX512:
-			cvtF16ToF32(dst, u)
-			return
-		case hasAVX2:
-			cvtF16ToF32Y(dst, u)
-			return
-		}
-		for i, h := range u {
-			dst[i] = tensor.F16ToF32(h)
-		}
+		loadF16(dst, u16s(b)) // bit for bit, NaN payloads included
 	}
 }
 

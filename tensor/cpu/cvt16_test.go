@@ -39,10 +39,10 @@ func TestLoadF16(t *testing.T) {
 	})
 }
 
-// TestF16FusedVectorExact holds the float16 RoPE, RMSNorm and LayerNorm,
-// whose roundings go a row at a time through storeF16/loadF16 on
-// AVX-512/AVX2 machines, to the portable per-element tensor.RoundTo path
-// bit for bit (odd widths leave vector tails).
+// TestF16FusedVectorExact holds the float16 RoPE, RMSNorm, LayerNorm and
+// Dequantize (float16 scales), whose roundings go a row at a time through
+// storeF16/loadF16 on AVX-512/AVX2 machines, to the portable per-element
+// tensor.RoundTo path bit for bit (odd widths leave vector tails).
 func TestF16FusedVectorExact(t *testing.T) {
 	run := func() [][]uint16 {
 		var out [][]uint16
@@ -59,6 +59,13 @@ func TestF16FusedVectorExact(t *testing.T) {
 					dims = 96 // a partial rotation
 				}
 				out = append(out, u16sOf(tensor.RoPE(x, tensor.RoPEOptions{Dims: dims, Base: 10000, Scale: 1, Offset: 7, Traditional: trad})))
+			}
+			if d == 64 {
+				wq, sc, bi := tensor.Quantize(tensor.FromFloat32(r[:5*d], []int{5, d}, tensor.Float16), 32, 4)
+				for _, odt := range []tensor.DType{tensor.Float16, tensor.Float32} {
+					dq := tensor.AsType(tensor.Dequantize(wq, sc, bi, 32, 4, odt), tensor.Float16)
+					out = append(out, u16sOf(dq))
+				}
 			}
 			out = append(out, u16sOf(tensor.RMSNorm(x, w, 1e-5)), u16sOf(tensor.LayerNorm(x, w, w, 1e-5)), u16sOf(tensor.LayerNorm(x, nil, nil, 1e-5)))
 		}

@@ -199,6 +199,26 @@ func (be *Backend) Dequantize(wq, scales, biases *tensor.Array, groupSize, bits 
 			unpackCodes(codes, qw[r*words:(r+1)*words], bits)
 			toF32(sv, sb[r*ng*ses:(r+1)*ng*ses], sdt)
 			toF32(bv, bb[r*ng*ses:(r+1)*ng*ses], sdt)
+			if sdt == tensor.Float16 {
+				// the same products, sums and roundings as below, the
+				// roundings a row at a time (vectorized)
+				for g := range ng {
+					s := sv[g]
+					for j := g * groupSize; j < (g+1)*groupSize; j++ {
+						vals[j] = float32(float32(codes[j]) * s)
+					}
+				}
+				fusedRoundRow(vals, sdt)
+				for g := range ng {
+					b := bv[g]
+					for j := g * groupSize; j < (g+1)*groupSize; j++ {
+						vals[j] = float32(vals[j] + b)
+					}
+				}
+				fusedRoundRow(vals, sdt)
+				fromF32(odata[r*k*oes:(r+1)*k*oes], vals, dt)
+				continue
+			}
 			for g := range ng {
 				s, b := sv[g], bv[g]
 				for j := g * groupSize; j < (g+1)*groupSize; j++ {

@@ -66,23 +66,6 @@ type Mounted struct {
 type pair struct {
 	*Delta
 	a, b *tensor.Array
-	// stack, for a dense pair whose layer takes the same input as sibling
-	// layers the adapter also adapts (q/k/v, gate/up), holds the
-	// siblings' a one above the other, and row is where this pair's rows
-	// start: a pass computes x·aᵀ for all of them once per input.
-	stack *stackA
-	row   int
-}
-
-// stackA is the a of sibling pairs stacked, [Σr, in].
-type stackA struct{ a *tensor.Array }
-
-// siblings are layer names that models feed the same input: a layer's
-// group, by its last path component.
-var siblings = map[string]string{
-	"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv",
-	"gate_proj": "gate_up", "up_proj": "gate_up",
-	"w1": "w13", "w3": "w13",
 }
 
 // Layers is the number of model layers the adapter adds a residual to.
@@ -214,7 +197,7 @@ func containsPlus(s string) bool {
 
 // prepare makes m's pairs as passes apply them (h.mu held): a = scale·A
 // and b = B in the activations' type (computed in float32 and rounded
-// once), and the a of sibling dense pairs stacked.
+// once).
 func (h *Host) prepare(m *Mounted) {
 	sc := tensor.NewScope()
 	defer sc.Close()
@@ -224,7 +207,6 @@ func (h *Host) prepare(m *Mounted) {
 		m.owned = append(m.owned, x)
 		return x
 	}
-	groups := map[string][]string{}
 	for _, k := range slices.Sorted(maps.Keys(m.Adapter.Deltas)) {
 		d := m.Adapter.Deltas[k]
 		t := dt
@@ -239,31 +221,6 @@ func (h *Host) prepare(m *Mounted) {
 			p.b = keep(tensor.AsType(d.B, t))
 		}
 		m.deltas[k] = p
-		if d.Experts > 0 {
-			continue
-		}
-		dot := strings.LastIndexByte(k, '.')
-		if g, ok := siblings[k[dot+1:]]; ok {
-			gk := k[:dot+1] + g + "#" + strconv.Itoa(d.In)
-			groups[gk] = append(groups[gk], k)
-		}
-	}
-	for _, gk := range slices.Sorted(maps.Keys(groups)) {
-		ks := groups[gk]
-		if len(ks) < 2 {
-			continue
-		}
-		parts := make([]*tensor.Array, len(ks))
-		for i, k := range ks {
-			parts[i] = m.deltas[k].a
-		}
-		st := &stackA{a: keep(tensor.Concatenate(parts, 0))}
-		row := 0
-		for _, k := range ks {
-			p := m.deltas[k]
-			p.stack, p.row = st, row
-			row += p.Rank
-		}
 	}
 }
 
@@ -418,52 +375,6 @@ type plan struct {
 	// sets are the resolved sets of the spans (one, covering every row,
 	// for a Selection without spans: rows -1).
 	sets []resolved
-	// mu guards xa, the products x·aᵀ of stacked pairs made during the
-	// pass, so that sibling layers given the same input reuse them.
-	mu sync.Mutex
-	xa map[xaKey]xaVal
-}
-
-// xaKey names a stacked product: the stack and the span whose rows it
-// covers (0 without spans).
-type xaKey struct {
-	st   *stackA
-	span int
-}
-
-// xaVal is a stacked product and the input it was made from.
-type xaVal struct{ x, xa *tensor.Array }
-
-// stacked returns x·aᵀ for every pair of st (x [..., in] the span's rows
-// of the layer input in, whose identity says whether a sibling layer
-// already made it), which the pass owns until it ends.
-func (p *plan) stacked(st *stackA, span int, in, x *tensor.Array) *tensor.Array {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	k := xaKey{st, span}
-	if v, ok := p.xa[k]; ok && v.x == in {
-		return v.xa
-	}
-	xa := tensor.Matmul(x, tensor.Transpose(st.a))
-	tensor.Detach(xa)
-	if p.xa == nil {
-		p.xa = map[xaKey]xaVal{}
-	}
-	if old, ok := p.xa[k]; ok {
-		old.xa.Free()
-	}
-	p.xa[k] = xaVal{in, xa}
-	return xa
-}
-
-// done frees what the pass made.
-func (p *plan) done() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, v := range p.xa {
-		v.xa.Free()
-	}
-	p.xa = nil
 }
 
 type resolved struct {
@@ -523,12 +434,7 @@ func (h *Host) run(sel Selection, f func() error) error {
 		return err
 	}
 	h.cur = p
-	defer func() {
-		h.cur = nil
-		if p != nil {
-			p.done()
-		}
-	}()
+	defer func() { h.cur = nil }()
 	return f()
 }
 
@@ -541,23 +447,6 @@ func (s *site) deltas(set []*Mounted) []*pair {
 		}
 	}
 	return out
-}
-
-// residual adds x·(scale·A)ᵀ·Bᵀ of each pair to y (dense pairs; x [...,
-// in] the rows of span of the layer input in): two products with a
-// weight-layout matrix, as a dense layer's; a stacked pair's first
-// product is its rows of the stack's, made once for all the siblings.
-func (p *plan) residual(span int, in, x, y *tensor.Array, ds []*pair) *tensor.Array {
-	for _, d := range ds {
-		var xa *tensor.Array
-		if d.stack != nil {
-			xa = tensor.SliceAxis(p.stacked(d.stack, span, in, x), -1, d.row, d.row+d.Rank)
-		} else {
-			xa = tensor.Matmul(x, tensor.Transpose(d.a))
-		}
-		y = tensor.Add(y, tensor.Matmul(xa, tensor.Transpose(d.b)))
-	}
-	return y
 }
 
 // bySpan applies add to the runs of rows of x and y (leading dims
@@ -587,12 +476,8 @@ func bySpan(p *plan, s *site, x, y *tensor.Array, lead int, add func(span, lo in
 	for _, d := range ys[:lead] {
 		n *= d
 	}
-	total := 0
-	for _, r := range p.sets {
-		total += r.rows
-	}
-	if total != n {
-		panic(&tensor.Error{Op: "lora", Err: fmt.Errorf("%w: the selection's spans cover %d rows, the pass at %s has %d", tensor.ErrShape, total, s.path, n)})
+	if err := p.cover(s, n); err != nil {
+		panic(err)
 	}
 	x2 := tensor.Reshape(x, append([]int{n}, xs[lead:]...)...)
 	y2 := tensor.Reshape(y, append([]int{n}, ys[lead:]...)...)
@@ -628,9 +513,77 @@ func (l *dense) Forward(x *tensor.Array) *tensor.Array {
 	sc := tensor.NewScope()
 	defer sc.Close()
 	y := l.s.proj.Forward(x)
-	return sc.Keep(bySpan(p, l.s, x, y, x.NDim()-1, func(span, _ int, xs, ys *tensor.Array, ds []*pair) *tensor.Array {
-		return p.residual(span, x, xs, ys, ds)
-	}))
+	return sc.Keep(p.lowRank(l.s, x, y))
+}
+
+// lowRank adds to y (the base layer's output for x [..., in]) each
+// selected pair's residual x·(scale·A)ᵀ·Bᵀ, in order, with
+// tensor.LowRank: one pass per pair with float32 in between. With spans,
+// every row takes its own span's pairs: stage k adds the k-th pair of
+// each row's set in one tensor.LowRankGather call over all rows (rows
+// whose set has fewer pairs add nothing), so the low-rank products of a
+// mixed batch are shared per adapter rather than run span by span, and
+// each row gets exactly the bits its solo pass gets.
+func (p *plan) lowRank(s *site, x, y *tensor.Array) *tensor.Array {
+	if len(p.sets) == 1 && p.sets[0].rows < 0 {
+		for _, d := range s.deltas(p.sets[0].set) {
+			y = tensor.LowRank(y, x, d.a, d.b)
+		}
+		return y
+	}
+	per := make([][]*pair, len(p.sets))
+	stages := 0
+	for i, r := range p.sets {
+		per[i] = s.deltas(r.set)
+		stages = max(stages, len(per[i]))
+	}
+	if stages == 0 {
+		return y
+	}
+	n := 1
+	for _, d := range y.Shape()[:y.NDim()-1] {
+		n *= d
+	}
+	if err := p.cover(s, n); err != nil {
+		panic(err)
+	}
+	ids := make([]int, n)
+	for k := range stages {
+		var pairs []tensor.LowRankPair
+		index := map[*pair]int{}
+		at := 0
+		for i, r := range p.sets {
+			id := -1
+			if k < len(per[i]) {
+				d := per[i][k]
+				j, ok := index[d]
+				if !ok {
+					j = len(pairs)
+					index[d] = j
+					pairs = append(pairs, tensor.LowRankPair{A: d.a, B: d.b})
+				}
+				id = j
+			}
+			for row := at; row < at+r.rows; row++ {
+				ids[row] = id
+			}
+			at += r.rows
+		}
+		y = tensor.LowRankGather(y, x, pairs, ids)
+	}
+	return y
+}
+
+// cover checks that the spans cover the n rows of a pass at s.
+func (p *plan) cover(s *site, n int) error {
+	total := 0
+	for _, r := range p.sets {
+		total += r.rows
+	}
+	if total != n {
+		return &tensor.Error{Op: "lora", Err: fmt.Errorf("%w: the selection's spans cover %d rows, the pass at %s has %d", tensor.ErrShape, total, s.path, n)}
+	}
+	return nil
 }
 
 // Base is the layer the stand-in runs.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -82,7 +83,8 @@ func cpuNow() time.Duration {
 // float16 and then bfloat16 activations (256-token context, 64 decode
 // tokens each, alternating 3 rounds) and reports process CPU time per
 // token of each and their ratio f16 ÷ bf16, which a shared machine's
-// noise affects less than wall time.
+// noise affects less than wall time. MLXGO_F16_ONLY=1 runs float16 alone
+// (64 tokens), for a profile of that path.
 func BenchmarkDecodeF16vsBF16(b *testing.B) {
 	run := func(dt tensor.DType, n int) time.Duration {
 		m, owned := benchLlama1BDT(dt)
@@ -112,6 +114,12 @@ func BenchmarkDecodeF16vsBF16(b *testing.B) {
 			tok = step([]int32{tok})
 		}
 		return (cpuNow() - t0) / time.Duration(n)
+	}
+	if os.Getenv("MLXGO_F16_ONLY") != "" { // one dtype, for a profile of it alone
+		for b.Loop() {
+			b.ReportMetric(float64(run(tensor.Float16, 64).Microseconds())/1e3, "f16-cpu-ms/tok")
+		}
+		return
 	}
 	for b.Loop() {
 		var f16, bf16 time.Duration

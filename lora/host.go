@@ -62,7 +62,8 @@ type Mounted struct {
 
 // pair is a mounted adapter's pair as passes apply it, in the
 // activations' type: a is scale·A (the scale folded in at Mount, so a
-// pass multiplies nothing but the two products) and b is B.
+// pass multiplies nothing but the two products) and b is B (for a dense
+// layer, a transposed view of a dense Bᵀ).
 type pair struct {
 	*Delta
 	a, b *tensor.Array
@@ -219,6 +220,11 @@ func (h *Host) prepare(m *Mounted) {
 		}
 		if d.B.DType() != t {
 			p.b = keep(tensor.AsType(d.B, t))
+		}
+		if d.Experts == 0 {
+			// a dense B is kept as Bᵀ [r, out] and passed as its transposed
+			// view, which tensor.LowRank reads on the CPU with no transpose
+			p.b = keep(tensor.Transpose(keep(tensor.Contiguous(tensor.Transpose(p.b)))))
 		}
 		m.deltas[k] = p
 	}

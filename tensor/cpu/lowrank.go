@@ -77,7 +77,13 @@ func (be *Backend) LowRank(y, x *tensor.Array, pairs []tensor.LowRankPair, ids [
 		}
 		l := lrOperands{
 			x: xi, xdt: x.DType(), in: in, out: out, r: pr.A.Dim(0),
-			a: dense(pr.A), adt: pr.A.DType(), b: dense(pr.B), bdt: pr.B.DType(),
+			a: dense(pr.A), adt: pr.A.DType(), bdt: pr.B.DType(),
+		}
+		// B as a transposed view of a dense Bᵀ [r, out] is read as it is
+		if bi := get(pr.B); haveLRBT16 && bi.strides[0] == 1 && (bi.strides[1] == out || l.r == 1) {
+			l.b, l.bT = bi, true
+		} else {
+			l.b = dense(pr.B)
 		}
 		l.run(yf, rows)
 	}
@@ -93,6 +99,8 @@ type lrOperands struct {
 	in, out, r int
 	a, b       *impl
 	adt, bdt   tensor.DType
+	// bT: b is Bᵀ [r, out] dense (B's transposed view)
+	bT bool
 }
 
 // lrRowChunk is the most rows one task of the x·Aᵀ phase takes.
@@ -206,6 +214,16 @@ func (l *lrOperands) productB(yf, t []float32, rows []int, rp int) {
 		for g := lo; g < hi; g++ {
 			j0 := g * 16
 			nv := min(16, out-j0)
+			if l.bT {
+				for s, i := range rows {
+					copy(acc[s*16:s*16+nv], yf[i*out+j0:i*out+j0+nv])
+				}
+				lrBT16(&acc[0], &t[0], 4*rp, unsafe.Pointer(&bd[(l.b.off+j0)*es]), out*es, r, kind, m, nv)
+				for s, i := range rows {
+					copy(yf[i*out+j0:i*out+j0+nv], acc[s*16:s*16+nv])
+				}
+				continue
+			}
 			for i := range wr {
 				wr[i] = zero
 				if i < nv {
@@ -232,6 +250,9 @@ func (l *lrOperands) portable(yf, t, xs []float32, rows []int, kp, rp int) {
 	m := len(rows)
 	av := mview{l.a.buf.data, l.adt, l.a.off, l.in, 1}
 	bv := mview{l.b.buf.data, l.bdt, l.b.off, l.r, 1}
+	if l.bT {
+		bv.rs, bv.cs = 1, l.out
+	}
 	arow := make([]float32, l.in)
 	for q := range l.r {
 		av.run(arow, q, 0, false)

@@ -39,8 +39,8 @@ func TestLoadF16(t *testing.T) {
 	})
 }
 
-// TestF16FusedVectorExact holds the float16 RoPE, RMSNorm, LayerNorm and
-// Dequantize (float16 scales), whose roundings go a row at a time through
+// TestF16FusedVectorExact holds the float16 RoPE, RMSNorm, LayerNorm,
+// Dequantize (float16 scales) and SDPA's float16 mask, whose roundings go a row at a time through
 // storeF16/loadF16 on AVX-512/AVX2 machines, to the portable per-element
 // tensor.RoundTo path bit for bit (odd widths leave vector tails).
 func TestF16FusedVectorExact(t *testing.T) {
@@ -66,6 +66,29 @@ func TestF16FusedVectorExact(t *testing.T) {
 					dq := tensor.AsType(tensor.Dequantize(wq, sc, bi, 32, 4, odt), tensor.Float16)
 					out = append(out, u16sOf(dq))
 				}
+			}
+			if d == 64 {
+				// an additive float16 mask over 300 keys (widened a block at a time)
+				q := tensor.FromFloat32(r[:2*3*d], []int{1, 2, 3, d}, tensor.Float16)
+				kr := make([]float32, 300*d)
+				for i := range kr {
+					kr[i] = float32(math.Cos(float64(i) * 0.37))
+				}
+				k := tensor.FromFloat32(kr, []int{1, 1, 300, d}, tensor.Float16)
+				mr := make([]float32, 3*300)
+				for i := range mr {
+					mr[i] = float32(math.Sin(float64(i)*0.11)) * 3
+				}
+				mask := tensor.FromFloat32(mr, []int{1, 1, 3, 300}, tensor.Float16)
+				got := u16sOf(tensor.ScaledDotProductAttention(q, k, k, tensor.SDPAOptions{Scale: 0.125, MaskKind: tensor.MaskArray, Mask: mask}))
+				// the float32 mask of the same values adds the same numbers
+				ref := u16sOf(tensor.ScaledDotProductAttention(q, k, k, tensor.SDPAOptions{Scale: 0.125, MaskKind: tensor.MaskArray, Mask: tensor.AsType(mask, tensor.Float32)}))
+				for i := range ref {
+					if got[i] != ref[i] {
+						t.Fatalf("f16 mask elem %d: got %#04x, f32 mask gives %#04x", i, got[i], ref[i])
+					}
+				}
+				out = append(out, got)
 			}
 			out = append(out, u16sOf(tensor.RMSNorm(x, w, 1e-5)), u16sOf(tensor.LayerNorm(x, w, w, 1e-5)), u16sOf(tensor.LayerNorm(x, nil, nil, 1e-5)))
 		}

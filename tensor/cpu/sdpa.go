@@ -580,6 +580,18 @@ func (p *sdpaPlan) applyMask(sc []float32, off int) {
 		}
 	case tensor.Float16:
 		h := u16s(data)
+		if st == 1 {
+			// the same additions, the widening a block at a time (vectorized)
+			var buf [256]float32
+			for j0 := 0; j0 < len(sc); j0 += len(buf) {
+				n := min(len(buf), len(sc)-j0)
+				loadF16(buf[:n], h[off+j0:off+j0+n])
+				for j, v := range buf[:n] {
+					sc[j0+j] += v
+				}
+			}
+			return
+		}
 		for j := range sc {
 			sc[j] += tensor.F16ToF32(h[off+j*st])
 		}

@@ -1,0 +1,4 @@
+package tensor
+
+// LowRankComposed exposes the composition backends without LowRanker get.
+var LowRankComposed = lowRankComposed

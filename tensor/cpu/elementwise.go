@@ -796,11 +796,15 @@ func ewBinaryFloat(op tensor.BinaryOp, dt, odt tensor.DType, l ewLayout, offs []
 	fastBF16 := dt == tensor.BFloat16 && (op == tensor.OpAdd || op == tensor.OpSub || op == tensor.OpMul) &&
 		(sa == 1 && (sb == 1 || sb == 0) || sa == 0 && sb == 1)
 	ewEach(l, offs, ewGrain, func() func([]int, int) {
-		xb := make([]float32, ewBlock)
-		yb := make([]float32, ewBlock)
-		ob := make([]float32, ewBlock)
-		xc := ewBcastCache[float32]{buf: make([]float32, ewBlock), off: -1}
-		yc := ewBcastCache[float32]{buf: make([]float32, ewBlock), off: -1}
+		var xb, yb, ob []float32
+		var xc, yc ewBcastCache[float32]
+		if !fastBF16 { // the fast path needs no scratch: skip five blocks per worker per call
+			xb = make([]float32, ewBlock)
+			yb = make([]float32, ewBlock)
+			ob = make([]float32, ewBlock)
+			xc = ewBcastCache[float32]{buf: make([]float32, ewBlock), off: -1}
+			yc = ewBcastCache[float32]{buf: make([]float32, ewBlock), off: -1}
+		}
 		load := func(data []byte, off, st, m int, buf []float32, c *ewBcastCache[float32]) []float32 {
 			if st == 0 && dt == tensor.Float32 {
 				return c.get(ewView[float32](data), off, m)

@@ -21,12 +21,7 @@ import (
 // row), against the serial path (Generate) measured in the same run.
 // Prefill and the first token are outside the timed part of both.
 func BenchmarkBatchDecode1B4bit(b *testing.B) {
-	dir, _ := writeLlama(b, llamaShape{Hidden: 2048, Layers: 16, Heads: 32, KVHeads: 8, HeadDim: 64, FFN: 8192, Vocab: 32000}, 4)
-	lm, err := model.Load(dir, &model.LoadOptions{Copy: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer lm.Close()
+	lm, _ := load1B4bit(b)
 	m := generate.Wrap(lm, lm.Info().Vocab)
 	prompt := func(row int) []int32 {
 		p := make([]int32, 32)
@@ -98,12 +93,7 @@ func BenchmarkBatchDecode1B4bit(b *testing.B) {
 //
 //	MLXGO_TTFT_POLICIES=2048,256f,256,128 MLXGO_TTFT_ROUNDS=3 go test ./generate -run '^$' -bench BatchTTFT1B4bit -benchtime 1x
 func BenchmarkBatchTTFT1B4bit(b *testing.B) {
-	dir, _ := writeLlama(b, llamaShape{Hidden: 2048, Layers: 16, Heads: 32, KVHeads: 8, HeadDim: 64, FFN: 8192, Vocab: 32000}, 4)
-	lm, err := model.Load(dir, &model.LoadOptions{Copy: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer lm.Close()
+	lm, _ := load1B4bit(b)
 	m := generate.Wrap(lm, lm.Info().Vocab)
 	policies := strings.Split("2048,256f,256,128", ",")
 	if s := os.Getenv("MLXGO_TTFT_POLICIES"); s != "" {
@@ -129,6 +119,7 @@ func BenchmarkBatchTTFT1B4bit(b *testing.B) {
 		opts[i].FillPrefill = strings.HasSuffix(pol, "f")
 		tb, pr, _ := strings.Cut(strings.TrimSuffix(pol, "f"), "/")
 		opts[i].MaxRows = rows
+		var err error
 		if opts[i].TokenBudget, err = strconv.Atoi(tb); err != nil {
 			b.Fatal(err)
 		}
@@ -218,4 +209,17 @@ func loadAvg() string {
 		return strings.Join(f[:3], " ")
 	}
 	return "?"
+}
+
+// load1B4bit writes and loads (copied into memory) the random 1B-shaped
+// 4-bit Llama the batch benchmarks share, closed when b ends; it also
+// returns the bytes of weights one decode step reads.
+func load1B4bit(b *testing.B) (model.Model, int64) {
+	dir, stepBytes := writeLlama(b, llamaShape{Hidden: 2048, Layers: 16, Heads: 32, KVHeads: 8, HeadDim: 64, FFN: 8192, Vocab: 32000}, 4)
+	lm, err := model.Load(dir, &model.LoadOptions{Copy: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { lm.Close() })
+	return lm, stepBytes
 }

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/mlxgo/mlxgo/generate"
-	"github.com/mlxgo/mlxgo/model"
 )
 
 // BenchmarkBatchDecodeCPU1B4bit is BenchmarkBatchDecode1B4bit's batch
@@ -16,12 +15,7 @@ import (
 // the CPU time a step takes measures what batching saves (rows=8 over
 // rows=1 is the batch's gain per core).
 func BenchmarkBatchDecodeCPU1B4bit(b *testing.B) {
-	dir, _ := writeLlama(b, llamaShape{Hidden: 2048, Layers: 16, Heads: 32, KVHeads: 8, HeadDim: 64, FFN: 8192, Vocab: 32000}, 4)
-	lm, err := model.Load(dir, &model.LoadOptions{Copy: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer lm.Close()
+	lm, _ := load1B4bit(b)
 	m := generate.Wrap(lm, lm.Info().Vocab)
 	prompt := func(row int) []int32 {
 		p := make([]int32, 32)

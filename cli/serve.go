@@ -49,6 +49,7 @@ type serveFlags struct {
 	maxConns, maxHeaderBytes                                               int
 	maxBodyBytes                                                           int64
 	batch, blockSize                                                       int
+	tokenBudget                                                            int
 	kvBudget                                                               int64
 	kvQuant                                                                string
 	kvStart                                                                int
@@ -105,6 +106,7 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	fl.IntVar(&f.batch, "decode-concurrency", serve.DefaultBatch, "the same as --batch")
 	fl.Int64Var(&f.kvBudget, "kv-budget", 0, "bytes of KV the batched lane may hold, prompt cache included (0: half the memory available at start)")
 	fl.IntVar(&f.blockSize, "kv-block-size", kv.DefaultBlockSize, "tokens per KV block of the batched lane's pool")
+	fl.IntVar(&f.tokenBudget, "token-budget", 0, fmt.Sprintf("tokens one forward pass of the batched lane may take: every decoding row's next token, then chunks of joining prompts (0: %d, or --prefill-step-size when smaller; never below --batch)", serve.DefaultTokenBudget))
 	addKVQuantFlag(fl, &f.kvQuant)
 	fl.IntVar(&f.kvStart, "quantized-kv-start", generate.DefaultQuantizedKVStart, "context length from which --kv-quant applies on the serial lane (--batch 1); the batched lane's pool stores codes from the first token")
 	fl.StringVar(&f.ssdDir, "ssd-cache", "", "folder keeping the KV of long prompt prefixes across requests and restarts (batched lane)")
@@ -168,8 +170,8 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	if f.responseTTL <= 0 || f.responseBytes < 0 || f.matryoshkaMin < 0 {
 		return fmt.Errorf("%w: --response-store-ttl must be positive, --response-store-bytes and --matryoshka-min-dims ≥ 0", errUsage)
 	}
-	if f.batch < 1 || f.blockSize < 1 || f.kvBudget < 0 || f.shutdownTimeout <= 0 {
-		return fmt.Errorf("%w: --batch and --kv-block-size must be ≥ 1, --kv-budget ≥ 0 and --shutdown-timeout positive", errUsage)
+	if f.batch < 1 || f.blockSize < 1 || f.kvBudget < 0 || f.tokenBudget < 0 || f.shutdownTimeout <= 0 {
+		return fmt.Errorf("%w: --batch and --kv-block-size must be ≥ 1, --kv-budget and --token-budget ≥ 0 and --shutdown-timeout positive", errUsage)
 	}
 	turbo, qerr := parseKVQuantFlag(f.kvQuant, 0, "")
 	if qerr != nil {
@@ -292,7 +294,7 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 		PromptCacheBytes: cacheBytes, SnapshotPrompt: info.SlidingWindow > 0, QueueSize: f.queueSize,
 		ToolFormat: f.toolFormat, Logger: log, Aliases: aliases, AnyModelName: f.anyModelName, APIKeys: keys,
 		AllowedOrigins: f.allowedOrigins, AllowedHosts: hosts, BodyTimeout: f.bodyTimeout, WriteTimeout: f.writeTimeout,
-		MaxBodyBytes: f.maxBodyBytes, Batch: f.batch, KVBudgetBytes: int(kvBudget), BlockSize: f.blockSize,
+		MaxBodyBytes: f.maxBodyBytes, Batch: f.batch, KVBudgetBytes: int(kvBudget), BlockSize: f.blockSize, TokenBudget: f.tokenBudget,
 		KVQuant: turbo, QuantizedKVStart: f.kvStart,
 		ShutdownTimeout: f.shutdownTimeout, SSDCacheDir: f.ssdDir, SSDCacheMaxBytes: f.ssdMax, SSDCacheMinTokens: f.ssdMinTokens,
 		SSDCacheVerify: f.ssdVerify, ModelFingerprint: fp,

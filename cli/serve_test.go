@@ -91,12 +91,27 @@ func waitHealthy(t testing.TB, url string) time.Time {
 }
 
 // TestServeBinary runs the real binary with no verb (serve is the
-// default) on the embedded demo model, chats with it, and stops it with
+// default) on the embedded demo model with --token-budget 48 (which
+// /stats.batch reports), chats with it, and stops it with
 // SIGINT.
 func TestServeBinary(t *testing.T) {
 	bin := buildMlxgo(t)
-	cmd, url, _ := startMlxgo(t, bin, "--port", "0", "--backend", "cpu", "--max-tokens", "8")
+	cmd, url, _ := startMlxgo(t, bin, "--port", "0", "--backend", "cpu", "--max-tokens", "8", "--token-budget", "48")
 	waitHealthy(t, url)
+	var stats struct {
+		Batch struct {
+			TokenBudget int `json:"token_budget"`
+		} `json:"batch"`
+	}
+	if resp, err := http.Get(url + "/stats"); err != nil {
+		t.Fatal(err)
+	} else {
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if json.Unmarshal(raw, &stats) != nil || stats.Batch.TokenBudget != 48 {
+			t.Errorf("--token-budget 48: /stats %s", raw)
+		}
+	}
 	body := `{"messages":[{"role":"user","content":"Hello"}],"temperature":0}`
 	resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {
@@ -144,7 +159,8 @@ func TestServeFlags(t *testing.T) {
 		t.Errorf("default verb %q", defaultVerb)
 	}
 	for _, args := range [][]string{{"serve", "--port", "70000"}, {"serve", "--log-level", "LOUD"}, {"serve", "extra"}, {"serve", "--chat-template-args", "{"},
-		{"serve", "--embedding-pooling", "cls"}, {"serve", "--response-store-ttl", "0s"}, {"serve", "--matryoshka-min-dims", "-1"}} {
+		{"serve", "--embedding-pooling", "cls"}, {"serve", "--response-store-ttl", "0s"}, {"serve", "--matryoshka-min-dims", "-1"},
+		{"serve", "--token-budget", "-1"}} {
 		if code, _, _ := run(t, args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}

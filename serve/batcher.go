@@ -30,6 +30,7 @@ const DefaultShutdownTimeout = 10 * time.Second
 // BatchStats is /stats.batch: the batched lane's rows and KV pool.
 type BatchStats struct {
 	Configured    int `json:"configured"`      // rows that decode together (Config.Batch)
+	TokenBudget   int `json:"token_budget"`    // tokens one forward pass may take (Config.TokenBudget, resolved)
 	ActiveRows    int `json:"active_rows"`     // rows generating now
 	PendingRows   int `json:"pending_rows"`    // rows waiting for KV blocks or a free row
 	KVBytes       int `json:"kv_bytes"`        // KV storage the pool has allocated
@@ -58,7 +59,9 @@ type batchLane struct {
 	b      *generate.Batch
 	pool   *kv.Pool
 	budget int // bytes
-	rows   map[*generate.Row]*laneRow
+	// tokenBudget is the tokens per forward pass (laneBudget)
+	tokenBudget int
+	rows        map[*generate.Row]*laneRow
 
 	mu                       sync.Mutex
 	snap                     BatchStats // published after every step, for /stats
@@ -123,7 +126,7 @@ func newBatchLane(e *engine) (*batchLane, error) {
 		pool.Free()
 		return nil, err
 	}
-	l = &batchLane{e: e, b: b, pool: pool, budget: blocks * per, rows: map[*generate.Row]*laneRow{}, ssd: ssd}
+	l = &batchLane{e: e, b: b, pool: pool, budget: blocks * per, tokenBudget: bo.TokenBudget, rows: map[*generate.Row]*laneRow{}, ssd: ssd}
 	e.log.Info("batched lane", "rows", cfg.Batch, "block_size", bs, "blocks_per_layer", blocks, "kv_budget_bytes", l.budget)
 	l.publish()
 	return l, nil
@@ -464,7 +467,7 @@ func (l *batchLane) event(ev generate.Event, shutdown bool) {
 func (l *batchLane) publish() {
 	st := l.b.Stats()
 	var s BatchStats
-	s.Configured = l.e.cfg.Batch
+	s.Configured, s.TokenBudget = l.e.cfg.Batch, l.tokenBudget
 	s.ActiveRows, s.PendingRows = st.RowsRunning, st.RowsWaiting
 	s.KVBytes, s.KVBudgetBytes = st.Blocks.Bytes, l.budget
 	s.Blocks.Size = l.pool.BlockSize()

@@ -145,7 +145,31 @@ func (c *countingWriter) blob(raw []byte) (arrayEntry, error) {
 // atomically: a temporary file in the same folder is renamed over path
 // once complete and synced, so a crash never leaves a half-written cache
 // behind under the real name. Arrays are streamed out one at a time.
-func Save(path string, caches []Cache, tokens []int32, meta Meta) (err error) {
+func Save(path string, caches []Cache, tokens []int32, meta Meta) error {
+	return save(path, len(caches), func(li int) (State, bool, error) {
+		if caches[li] == nil {
+			return State{}, false, fmt.Errorf("layer %d has no cache", li)
+		}
+		return caches[li].State(), true, nil
+	}, tokens, meta)
+}
+
+// SaveStates is Save for caches given as their states (one per layer, in
+// the format their State returns, e.g. Evicted.States): the file is the
+// one Save writes for caches with those states. The caller keeps the
+// states.
+func SaveStates(path string, states []State, tokens []int32, meta Meta) error {
+	return save(path, len(states), func(li int) (State, bool, error) {
+		if states[li].Kind == "" {
+			return State{}, false, fmt.Errorf("layer %d has no cache", li)
+		}
+		return states[li], false, nil
+	}, tokens, meta)
+}
+
+// save writes the file of Save: state returns layer li's state and
+// whether it is to be freed once written.
+func save(path string, layers int, state func(li int) (State, bool, error), tokens []int32, meta Meta) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, ".kvcache-*")
 	if err != nil {
@@ -165,7 +189,7 @@ func Save(path string, caches []Cache, tokens []int32, meta Meta) (err error) {
 	if _, err = cw.Write(pre[:]); err != nil {
 		return fmt.Errorf("kv save %s: %w", path, err)
 	}
-	idx := index{Version: fileVersion, ModelID: meta.ModelID, Layers: len(caches), Extra: meta.Extra}
+	idx := index{Version: fileVersion, ModelID: meta.ModelID, Layers: layers, Extra: meta.Extra}
 	tok := make([]byte, 4*len(tokens))
 	for i, t := range tokens {
 		binary.LittleEndian.PutUint32(tok[4*i:], uint32(t))
@@ -174,14 +198,18 @@ func Save(path string, caches []Cache, tokens []int32, meta Meta) (err error) {
 		return fmt.Errorf("kv save %s: %w", path, err)
 	}
 	idx.Tokens.DType, idx.Tokens.Shape = tensor.Int32.String(), []int{len(tokens)}
-	for li, c := range caches {
-		if c == nil {
-			return fmt.Errorf("kv save %s: layer %d has no cache", path, li)
-		}
+	for li := range layers {
 		var e cacheEntry
+		var serr error
 		err = tensor.Try(func() {
-			st := c.State()
-			defer st.Free()
+			var st State
+			var owned bool
+			if st, owned, serr = state(li); serr != nil {
+				return
+			}
+			if owned {
+				defer st.Free()
+			}
 			e = cacheEntry{Kind: st.Kind, Offset: st.Offset, Idx: st.Idx, MaxSize: st.MaxSize, Keep: st.Keep,
 				GroupSize: st.GroupSize, Bits: st.Bits, ValueBits: st.ValueBits}
 			for _, a := range st.Arrays {
@@ -193,6 +221,10 @@ func Save(path string, caches []Cache, tokens []int32, meta Meta) (err error) {
 				e.Arrays = append(e.Arrays, ae)
 			}
 		})
+		if serr != nil {
+			err = fmt.Errorf("kv save %s: %w", path, serr)
+			return err
+		}
 		if err != nil {
 			return fmt.Errorf("kv save %s: layer %d: %w", path, li, err)
 		}

@@ -125,6 +125,14 @@ type PoolConfig struct {
 	// of a copy of the layer's storage at each doubling (amortised: every
 	// block is copied about once).
 	Preallocate bool
+	// OnEvict, when set, is called when the pool evicts cached prefixes to
+	// make room for a write, before their blocks are freed: once for each
+	// longest prefix the eviction removes from the index. It runs on the
+	// goroutine using the pool, inside the write that needs the block (so
+	// within a forward pass): it must not use the pool other than through
+	// its argument, and should only copy what it keeps (Evicted.States)
+	// and hand the rest of the work to another goroutine.
+	OnEvict func(*Evicted)
 }
 
 // Pool is paged key/value storage for every layer of one model: per layer,
@@ -148,6 +156,7 @@ type Pool struct {
 	layers      []*layerPool
 	prefix      prefixIndex
 	closed      bool
+	onEvict     func(*Evicted)
 }
 
 // NewPool returns an empty pool; no storage is allocated before the first
@@ -161,7 +170,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	if bs < 1 {
 		return nil, fmt.Errorf("kv: pool block size %d", bs)
 	}
-	p := &Pool{blockSize: bs, preallocate: cfg.Preallocate}
+	p := &Pool{blockSize: bs, preallocate: cfg.Preallocate, onEvict: cfg.OnEvict}
 	p.prefix.init(p)
 	for i, s := range cfg.Layers {
 		if s.Blocks == 0 {
@@ -415,8 +424,10 @@ func (lp *layerPool) alloc() int32 {
 	if len(lp.free) == 0 && lp.lru.n > 0 {
 		// evicting the oldest idle cached block drops its prefix entry (and
 		// the entry's descendants), returning their idle blocks, this one
-		// included, to the free lists
-		lp.pool.prefix.drop(lp.entries[lp.lru.head])
+		// included, to the free lists (OnEvict sees them first)
+		e := lp.entries[lp.lru.head]
+		lp.pool.evicting(e)
+		lp.pool.prefix.drop(e)
 	}
 	if len(lp.free) == 0 {
 		lp.reserve("alloc", 1) // panics: callers reserve, so this is a bug

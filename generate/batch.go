@@ -634,11 +634,7 @@ func (b *Batch) pass(segs []segment) (events []Event, err error) {
 		in := tensor.FromInt32On(b.be, ids, []int{1, len(ids)})
 		var h *tensor.Array
 		var err error
-		if rf != nil {
-			h, err = rf.ForwardRows(in, caches, spans)
-		} else {
-			h, err = b.forwardPass(in, ids, caches, segs)
-		}
+		h, err = b.forwardPass(in, ids, caches, segs, rf, spans)
 		if err != nil {
 			return err
 		}

@@ -18,6 +18,17 @@ type EmbedForwarder interface {
 	ForwardEmbeds(ids *tensor.Array, caches []kv.Cache, emb, mask *tensor.Array) (*tensor.Array, error)
 }
 
+// RowEmbedForwarder is a RowForwarder whose per-row passes also take
+// prompt embeddings: ForwardRowsEmbeds is ForwardRows with emb [1, T, D]
+// taken where mask [1, T] is true, as EmbedForwarder's ForwardEmbeds
+// takes them. A Batch over such a model admits rows with embeddings
+// (AddEmbeds) and runs them with or beside rows with adapter sets, each
+// row computing what it computes alone with its own set.
+type RowEmbedForwarder interface {
+	RowForwarder
+	ForwardRowsEmbeds(ids *tensor.Array, caches []kv.Cache, rows []RowSpan, emb, mask *tensor.Array) (*tensor.Array, error)
+}
+
 // RowEmbeds is a batch row's prompt embeddings (AddEmbeds): the
 // positions of its prompt whose token embeddings are replaced.
 type RowEmbeds struct {
@@ -49,10 +60,12 @@ func (b *Batch) AddEmbeds(ctx context.Context, prompt []int32, opts *Options, e 
 	if e.Embeddings.NDim() != 3 || e.Embeddings.Dim(0) != 1 || e.Embeddings.Dim(1) != len(prompt) || len(e.Mask) != len(prompt) {
 		return nil, fmt.Errorf("generate: row embeddings %v and mask of %d for a %d-token prompt", e.Embeddings.Shape(), len(e.Mask), len(prompt))
 	}
-	if _, ok := b.m.(RowForwarder); ok {
-		return nil, errors.New("generate: rows with embeddings need a model without per-row adapters (a RowForwarder's passes take none)")
+	_, rows := b.m.(RowForwarder)
+	_, rowEmbeds := b.m.(RowEmbedForwarder)
+	if rows && !rowEmbeds {
+		return nil, errors.New("generate: rows with embeddings need a model whose per-row passes take them (a RowEmbedForwarder), or one without per-row adapters")
 	}
-	if _, ok := b.m.(EmbedForwarder); !ok && e.Forwarder == nil {
+	if _, ok := b.m.(EmbedForwarder); !ok && e.Forwarder == nil && !rowEmbeds {
 		return nil, errors.New("generate: rows with embeddings need an EmbedForwarder (the model or RowEmbeds.Forwarder)")
 	}
 	if opts != nil && opts.Speculation != nil {
@@ -66,11 +79,13 @@ func (b *Batch) AddEmbeds(ctx context.Context, prompt []int32, opts *Options, e 
 	return r, nil
 }
 
-// forwardPass is the pass's forward: the model's Forward, or, when a
-// segment covers prompt positions of a row with embeddings, its
-// EmbedForwarder with every such row's embeddings spliced in at their
+// forwardPass is the pass's forward: the model's Forward (rf's
+// ForwardRows when rows have adapter sets: rf and spans from rowSpans),
+// or, when a segment covers prompt positions of a row with embeddings,
+// its EmbedForwarder (a RowEmbedForwarder's ForwardRowsEmbeds when rows
+// have adapter sets) with every such row's embeddings spliced in at their
 // place in the pass (pad ids under them).
-func (b *Batch) forwardPass(in *tensor.Array, ids []int32, caches []kv.Cache, segs []segment) (*tensor.Array, error) {
+func (b *Batch) forwardPass(in *tensor.Array, ids []int32, caches []kv.Cache, segs []segment, rf RowForwarder, spans []RowSpan) (*tensor.Array, error) {
 	var fw EmbedForwarder
 	at := 0
 	type piece struct {
@@ -96,10 +111,24 @@ func (b *Batch) forwardPass(in *tensor.Array, ids []int32, caches []kv.Cache, se
 		at += len(s.ids)
 	}
 	if len(pieces) == 0 {
+		if rf != nil {
+			return rf.ForwardRows(in, caches, spans)
+		}
 		return b.m.Forward(in, caches)
+	}
+	ref, _ := b.m.(RowEmbedForwarder)
+	if rf != nil && ref == nil {
+		return nil, errors.New("generate: a pass with embeddings and adapter sets on a model that takes no embeddings per row (no RowEmbedForwarder)")
 	}
 	if f, ok := b.m.(EmbedForwarder); ok {
 		fw = f
+	}
+	if rf == nil && fw == nil && ref != nil {
+		// no plain EmbedForwarder: the per-row pass, every row unadapted
+		for _, s := range segs {
+			spans = append(spans, RowSpan{Tokens: len(s.ids)})
+		}
+		rf = ref
 	}
 	t := len(ids)
 	var emb, maskA, ids2 *tensor.Array
@@ -140,6 +169,9 @@ func (b *Batch) forwardPass(in *tensor.Array, ids []int32, caches []kv.Cache, se
 		return nil, err
 	}
 	defer tensor.Free(emb, maskA, ids2)
+	if rf != nil {
+		return ref.ForwardRowsEmbeds(ids2, caches, spans, emb, maskA)
+	}
 	return fw.ForwardEmbeds(ids2, caches, emb, maskA)
 }
 

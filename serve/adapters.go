@@ -74,6 +74,13 @@ func (a *AdapterModel) LogitsRows(hidden *tensor.Array, rows []generate.RowSpan)
 	return a.m.LogitsWith(spans(rows), hidden)
 }
 
+// ForwardRowsEmbeds implements generate.RowEmbedForwarder: ForwardRows
+// with media embeddings merged where mask is set (model.ForwardOptions),
+// so image and audio rows join the batch with or beside adapter rows.
+func (a *AdapterModel) ForwardRowsEmbeds(ids *tensor.Array, caches []kv.Cache, rows []generate.RowSpan, emb, mask *tensor.Array) (*tensor.Array, error) {
+	return a.m.ForwardWith(spans(rows), ids, caches, &model.ForwardOptions{Embeddings: emb, EmbedMask: mask})
+}
+
 // MakeCaches implements generate.Model.
 func (a *AdapterModel) MakeCaches() []kv.Cache { return a.m.MakeCaches() }
 
@@ -88,6 +95,61 @@ func (a *AdapterModel) Variant(set []string) generate.Model {
 
 // Lora is the wrapped model.
 func (a *AdapterModel) Lora() *lora.Model { return a.m }
+
+// adapterMedia is a multimodal model served with adapters whose text
+// model is a view of the adapters' model (its Base is a lora.Model on the
+// same Host): the MediaModel as it is, plus the per-row passes of the
+// adapters' model, so the batched lane runs adapter rows, media rows and
+// media rows with adapters in one batch (the towers unadapted, the text
+// model with each row's set).
+type adapterMedia struct {
+	MediaModel
+	rows *AdapterModel
+}
+
+// ForwardRows implements generate.RowForwarder.
+func (m *adapterMedia) ForwardRows(ids *tensor.Array, caches []kv.Cache, rows []generate.RowSpan) (*tensor.Array, error) {
+	return m.rows.ForwardRows(ids, caches, rows)
+}
+
+// LogitsRows implements generate.RowForwarder.
+func (m *adapterMedia) LogitsRows(hidden *tensor.Array, rows []generate.RowSpan) (*tensor.Array, error) {
+	return m.rows.LogitsRows(hidden, rows)
+}
+
+// ForwardRowsEmbeds implements generate.RowEmbedForwarder.
+func (m *adapterMedia) ForwardRowsEmbeds(ids *tensor.Array, caches []kv.Cache, rows []generate.RowSpan, emb, mask *tensor.Array) (*tensor.Array, error) {
+	return m.rows.ForwardRowsEmbeds(ids, caches, rows, emb, mask)
+}
+
+// adapterLaneModel is the model a server with adapters lm runs, given
+// Config.Model m: m when it already runs per-row sets; for a multimodal
+// m whose Base is a view of lm, m with lm's per-row passes (adapterMedia);
+// any other multimodal m as it is (its text model is not the adapters'
+// model, so no request may name adapters on its batched lane); else
+// (nil, or a plain view of lm) NewAdapterModel(lm).
+func adapterLaneModel(m generate.Model, lm *lora.Model) generate.Model {
+	if _, rows := m.(generate.RowForwarder); rows {
+		return m
+	}
+	if mm, ok := m.(MediaModel); ok {
+		if v, ok := mm.Base().(*lora.Model); ok && v.Host() == lm.Host() {
+			return &adapterMedia{MediaModel: mm, rows: NewAdapterModel(lm)}
+		}
+		return m
+	}
+	if _, media := m.(interface{ Media() *model.Gemma4Media }); media {
+		return m
+	}
+	return NewAdapterModel(lm)
+}
+
+// mediaRowsAdapted reports whether the batched lane runs media rows with
+// adapter sets (its model takes embeddings per row).
+func (s *Server) mediaRowsAdapted() bool {
+	_, ok := s.cfg.Model.(generate.RowEmbedForwarder)
+	return ok
+}
 
 // adapterHost is the server's side of a lora.Host: which mounted adapters
 // requests may still choose, how many queued or running jobs hold each,
@@ -404,11 +466,12 @@ func (s *Server) handleAdapter(w http.ResponseWriter, r *http.Request) {
 }
 
 // mediaBase is the model a media job's passes run through on the serial
-// way: the media model's Base, or, for a job with adapters, the view of
-// the adapters' model applying the job's set — the towers run unadapted
-// and their embeddings merge into the text model, which the adapters
-// adapt. A media model that is not a view of the adapters' model takes
-// no adapters (400).
+// way (the serial lane; bidirectional images on either lane): the media
+// model's Base, or, for a job with adapters, the view of the adapters'
+// model applying the job's set — the towers run unadapted and their
+// embeddings merge into the text model, which the adapters adapt. A
+// media model that is not a view of the adapters' model takes no
+// adapters (400).
 func (s *Server) mediaBase(mm MediaModel, set []string) (model.Model, error) {
 	base := mm.Base()
 	if len(set) == 0 {

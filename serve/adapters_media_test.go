@@ -2,11 +2,14 @@ package serve
 
 import (
 	"context"
+	"fmt"
 	"math/rand"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/generate"
@@ -28,41 +31,7 @@ func TestAdapterMediaRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lm.Close() })
-	// a random rank-4 adapter on the text model's q_proj and o_proj
-	f, err := safetensors.Open(filepath.Join(s.dir, "model.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ad := &lora.Adapter{Dir: "memory", Format: lora.FormatPEFT, Rank: 4, Scale: 1, Deltas: map[string]*lora.Delta{}}
-	r := rand.New(rand.NewSource(5))
-	rnd := func(shape ...int) *tensor.Array {
-		v := make([]float32, shape[0]*shape[1])
-		for i := range v {
-			v[i] = float32(0.3 * r.NormFloat64())
-		}
-		a := tensor.FromFloat32(v, shape, tensor.Float32)
-		tensor.Detach(a)
-		return a
-	}
-	re := regexp.MustCompile(`language_model\..*layers\.\d+\.self_attn\.(q|o)_proj\.weight$`)
-	for _, n := range f.Names() {
-		if !re.MatchString(n) {
-			continue
-		}
-		info, _ := f.Info(n)
-		out, in := info.Shape[0], info.Shape[1]
-		mod := strings.TrimSuffix(n, ".weight")
-		ad.Deltas[lora.Relative(mod)] = &lora.Delta{Name: mod, A: rnd(4, in), B: rnd(out, 4), Scale: 1, Rank: 4, In: in, Out: out}
-	}
-	f.Close()
-	if len(ad.Deltas) == 0 {
-		t.Fatal("the fixture has no text-model q_proj/o_proj")
-	}
-	t.Cleanup(ad.Free)
-	if _, err := lm.Host().Mount("ad", ad); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lm.Host().Unmount("ad") })
+	mountMMAdapter(t, s, lm, "ad", 5)
 	base := lm.With(lora.Selection{})
 	mm := &mediaTestModel{Model: generate.Wrap(base, base.Info().Vocab), base: base, media: s.mm.media}
 	cfg := s.cfg
@@ -157,6 +126,46 @@ func TestAdapterMediaRequest(t *testing.T) {
 	}
 }
 
+// mountMMAdapter mounts as id a random rank-4 adapter (from seed) on the
+// text model's q_proj and o_proj of the multimodal fixture loaded as lm.
+func mountMMAdapter(t *testing.T, s *mmServe, lm *lora.Model, id string, seed int64) {
+	t.Helper()
+	f, err := safetensors.Open(filepath.Join(s.dir, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ad := &lora.Adapter{Dir: "memory", Format: lora.FormatPEFT, Rank: 4, Scale: 1, Deltas: map[string]*lora.Delta{}}
+	r := rand.New(rand.NewSource(seed))
+	rnd := func(shape ...int) *tensor.Array {
+		v := make([]float32, shape[0]*shape[1])
+		for i := range v {
+			v[i] = float32(0.3 * r.NormFloat64())
+		}
+		a := tensor.FromFloat32(v, shape, tensor.Float32)
+		tensor.Detach(a)
+		return a
+	}
+	re := regexp.MustCompile(`language_model\..*layers\.\d+\.self_attn\.(q|o)_proj\.weight$`)
+	for _, n := range f.Names() {
+		if !re.MatchString(n) {
+			continue
+		}
+		info, _ := f.Info(n)
+		out, in := info.Shape[0], info.Shape[1]
+		mod := strings.TrimSuffix(n, ".weight")
+		ad.Deltas[lora.Relative(mod)] = &lora.Delta{Name: mod, A: rnd(4, in), B: rnd(out, 4), Scale: 1, Rank: 4, In: in, Out: out}
+	}
+	f.Close()
+	if len(ad.Deltas) == 0 {
+		t.Fatal("the fixture has no text-model q_proj/o_proj")
+	}
+	t.Cleanup(ad.Free)
+	if _, err := lm.Host().Mount(id, ad); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lm.Host().Unmount(id) })
+}
+
 // dedupImage keeps one image placeholder per run of them (the golden
 // prompt holds the expanded run; Expand wants one placeholder a medium).
 func dedupImage(ids []int32) []int32 {
@@ -168,4 +177,138 @@ func dedupImage(ids []int32) []int32 {
 		out = append(out, id)
 	}
 	return out
+}
+
+// TestAdapterMediaBatchedRows: on the batched lane of a multimodal model
+// whose text model is the adapters' model, image and audio requests with
+// adapters join the batch as rows (lane "batched") beside rows with
+// other adapters, no adapter, and text: sent all at once, each reply and
+// its logprobs equal, bit for bit, the same request's alone on the serial
+// lane (the towers unadapted, the text model with the row's set there
+// too), and the adapters change the replies they are asked for. The same
+// image under two adapter sets shares no KV (the prefix cache's namespace
+// holds the set as well as the media).
+func TestAdapterMediaBatchedRows(t *testing.T) {
+	s := newMMServe(t)
+	lm, err := lora.Open(s.dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lm.Close() })
+	mountMMAdapter(t, s, lm, "ad", 5)
+	mountMMAdapter(t, s, lm, "ad2", 9)
+	base := lm.With(lora.Selection{})
+	mm := &mediaTestModel{Model: generate.Wrap(base, base.Info().Vocab), base: base, media: s.mm.media}
+	pr := s.gold.Prompts["image"]
+	parts := splitPrompt(pr.IDs)
+	png := s.b64(t, pr.Image+".png")
+	au := s.gold.Prompts["audio"]
+	aparts := splitPrompt(au.IDs)
+	wav := s.b64(t, au.Audio+".wav")
+	const n = 6
+	type ask struct{ kind, adapter string }
+	req := func(a ask) map[string]any {
+		var content []any
+		switch a.kind {
+		case "image":
+			content = []any{
+				map[string]any{"type": "text", "text": parts[0] + " "},
+				map[string]any{"type": "image_url", "image_url": map[string]any{"url": "data:image/png;base64," + png}},
+				map[string]any{"type": "text", "text": " " + parts[1]}}
+		case "audio":
+			content = []any{
+				map[string]any{"type": "text", "text": aparts[0] + " "},
+				map[string]any{"type": "input_audio", "input_audio": map[string]any{"data": wav, "format": "wav"}},
+				map[string]any{"type": "text", "text": " " + aparts[len(aparts)-1]}}
+		default:
+			content = []any{map[string]any{"type": "text", "text": parts[0] + " " + parts[1]}}
+		}
+		return map[string]any{"model": "gemma4-mm", "max_tokens": n, "temperature": 0, "logprobs": true, "adapter": a.adapter,
+			"messages": []any{map[string]any{"role": "user", "content": content}}}
+	}
+	type reply struct {
+		text     string
+		logprobs []float64
+		lane     string
+		cached   int
+	}
+	read := func(code int, body map[string]any) (reply, error) {
+		if code != 200 {
+			return reply{}, fmt.Errorf("status %d: %v", code, body)
+		}
+		ch := body["choices"].([]any)[0].(map[string]any)
+		r := reply{text: ch["message"].(map[string]any)["content"].(string)}
+		lp, _ := ch["logprobs"].(map[string]any)
+		for _, c := range lp["content"].([]any) {
+			r.logprobs = append(r.logprobs, c.(map[string]any)["logprob"].(float64))
+		}
+		u := body["usage"].(map[string]any)
+		r.lane, _ = u["lane"].(string)
+		d, _ := u["prompt_tokens_details"].(map[string]any)
+		c, _ := d["cached_tokens"].(float64)
+		r.cached = int(c)
+		return r, nil
+	}
+	asks := []ask{{"image", "ad"}, {"image", "none"}, {"audio", "ad2"}, {"text", "ad"}, {"image", "ad+ad2"}, {"audio", "none"}, {"image", "ad2"}, {"text", "none"}}
+
+	serial := s.cfg
+	serial.Model, serial.Adapters, serial.Batch = mm, lm, 1
+	_, hs1 := startServer(t, serial)
+	want := map[ask]reply{}
+	for _, a := range asks {
+		code, body := post(t, hs1.URL+"/v1/chat/completions", req(a))
+		r, err := read(code, body)
+		if err != nil {
+			t.Fatalf("%v on the serial lane: %v", a, err)
+		}
+		want[a] = r
+	}
+	for _, k := range []string{"image", "audio"} {
+		if want[ask{k, "none"}].text == want[ask{k, "ad"}].text && want[ask{k, "none"}].text == want[ask{k, "ad2"}].text {
+			t.Fatalf("%s: the adapters do not change the greedy reply (%q): the test cannot tell them apart", k, want[ask{k, "none"}].text)
+		}
+	}
+
+	batched := s.cfg
+	batched.Model, batched.Adapters, batched.Batch = mm, lm, 8
+	_, hs := startServer(t, batched)
+	// one image under one set, then under another: nothing cached the
+	// second time; the first again reuses its prompt
+	for i, a := range []ask{{"image", "ad"}, {"image", "ad2"}, {"image", "ad"}} {
+		code, body := post(t, hs.URL+"/v1/chat/completions", req(a))
+		r, err := read(code, body)
+		if err != nil {
+			t.Fatalf("%v alone on the batched lane: %v", a, err)
+		}
+		if r.lane != "batched" || r.text != want[a].text || !slices.Equal(r.logprobs, want[a].logprobs) {
+			t.Fatalf("%v alone on the batched lane (%q): %q %v, serial %q %v", a, r.lane, r.text, r.logprobs, want[a].text, want[a].logprobs)
+		}
+		if (r.cached > 0) != (i == 2) {
+			t.Fatalf("request %d (%v): %d cached tokens", i, a, r.cached)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(asks))
+	for i, a := range asks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, body := post(t, hs.URL+"/v1/chat/completions", req(a))
+			r, err := read(code, body)
+			switch {
+			case err != nil:
+				errs[i] = err
+			case r.lane != "batched":
+				errs[i] = fmt.Errorf("%v: lane %q", a, r.lane)
+			case r.text != want[a].text || !slices.Equal(r.logprobs, want[a].logprobs):
+				errs[i] = fmt.Errorf("%v beside the others: %q %v, alone on the serial lane %q %v", a, r.text, r.logprobs, want[a].text, want[a].logprobs)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
 }

@@ -335,11 +335,12 @@ func (s *Server) expandMedia(ids []int32, c *mediaCollector, param string) ([]in
 // runs alone and never touches the prompt cache (a cached prefix keyed by
 // token ids would not tell one image from another). On the batched lane
 // it also sets j.rowMedia, so the job becomes a batch row (mediaRow)
-// whose prefix-cache namespace holds the media's hash — except for
-// bidirectional images (whose blocks a batched pass does not take) and
-// adapter requests, which run the serial way.
+// whose prefix-cache namespace holds the media's hash (after its adapter
+// set's) — except for bidirectional images (whose blocks a batched pass
+// does not take) and adapter requests on a lane whose model takes no
+// embeddings per row, which run the serial way.
 func (s *Server) mediaFn(j *job, pm *planMedia) func() {
-	if s.eng != nil && s.eng.lane != nil && len(j.opts.Adapters) == 0 && !slices.ContainsFunc(pm.prepared, func(p *model.PreparedMedium) bool { return p.Shape().Bidirectional }) {
+	if s.eng != nil && s.eng.lane != nil && (len(j.opts.Adapters) == 0 || s.mediaRowsAdapted()) && !slices.ContainsFunc(pm.prepared, func(p *model.PreparedMedium) bool { return p.Shape().Bidirectional }) {
 		j.rowMedia = func() (*generate.RowEmbeds, string, func(), error) { return s.mediaRow(j, pm) }
 	}
 	return func() {

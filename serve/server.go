@@ -105,12 +105,15 @@ type Config struct {
 	// DELETE /v1/adapters list, mount and unmount them. Its selection
 	// (the adapters lora.Open mounted) is the set of requests that name
 	// none. Model, when nil or a plain generate.Model (a view of the same
-	// loaded model), becomes NewAdapterModel(Adapters); a multimodal
-	// Model is kept, and its batched lane refuses adapter requests (it
-	// runs no per-row sets). On the serial lane (Batch 1) image and audio
-	// requests may name adapters when the MediaModel's Base is a view of
-	// Adapters (lora.Model.With): the towers run unadapted, the text
-	// model with the request's set.
+	// loaded model), becomes NewAdapterModel(Adapters). A MediaModel
+	// whose Base is a view of Adapters (lora.Model.With) takes adapters on
+	// every request on both lanes, image and audio ones included: the
+	// towers run unadapted, the text model with the request's set (on the
+	// batched lane as rows beside others, each with its own set). Any
+	// other multimodal Model is kept: its text model is not the one the
+	// adapters are mounted on, so image and audio requests naming
+	// adapters are a 400 (adapter_unsupported), and so is every adapter
+	// request on its batched lane (text ones run on the serial lane).
 	Adapters *lora.Model
 	// ModelID is the name /v1/models reports; requests may name it, one
 	// of Aliases, or leave model empty. Any other name is a 404.
@@ -287,11 +290,7 @@ type Server struct {
 // the model and tokenizer and must Close the server before freeing them.
 func New(cfg Config) (*Server, error) {
 	if cfg.Adapters != nil {
-		_, rows := cfg.Model.(generate.RowForwarder)
-		_, media := cfg.Model.(interface{ Media() *model.Gemma4Media })
-		if cfg.Model == nil || !rows && !media {
-			cfg.Model = NewAdapterModel(cfg.Adapters)
-		}
+		cfg.Model = adapterLaneModel(cfg.Model, cfg.Adapters)
 	}
 	if cfg.Model == nil || cfg.Tokenizer == nil {
 		return nil, errors.New("serve: Config needs a Model and a Tokenizer")

@@ -106,24 +106,36 @@ func newBatchLane(e *engine) (*batchLane, error) {
 		budget = defaultKVBudget()
 	}
 	blocks := max(budget/per, 1)
-	pool, err := kv.NewPool(kv.PoolConfig{BlockSize: bs, Blocks: blocks, Layers: specs})
+	pc := kv.PoolConfig{BlockSize: bs, Blocks: blocks, Layers: specs}
+	var ssd *ssdTier
+	if cfg.SSDCacheDir != "" {
+		if ssd, err = newSSDTier(cfg, specs, e.log); err != nil {
+			return nil, err
+		}
+		// prefixes the pool evicts are copied out and written off the
+		// token loop; copies waiting hold at most a quarter of the budget
+		ssd.maxQueued = int64(blocks * per / 4)
+		pc.OnEvict = ssd.spill
+	}
+	pool, err := kv.NewPool(pc)
 	if err != nil {
+		if ssd != nil {
+			ssd.stop()
+		}
 		return nil, err
 	}
 	bo := generate.BatchOptions{MaxRows: cfg.Batch, TokenBudget: laneBudget(cfg), PrefillRows: cfg.PrefillRows, FillPrefill: cfg.FillPrefill, Backend: cfg.Backend, Pool: pool}
-	var ssd *ssdTier
 	var l *batchLane
-	if cfg.SSDCacheDir != "" {
-		if ssd, err = newSSDTier(cfg, specs, e.log); err != nil {
-			pool.Free()
-			return nil, err
-		}
+	if ssd != nil {
 		// a row restores only files of its own namespace (adapter set)
 		bo.Restore = ssd.restore
 	}
 	b, err := generate.NewBatch(cfg.Model, bo)
 	if err != nil {
 		pool.Free()
+		if ssd != nil {
+			ssd.stop()
+		}
 		return nil, err
 	}
 	l = &batchLane{e: e, b: b, pool: pool, budget: blocks * per, tokenBudget: bo.TokenBudget, rows: map[*generate.Row]*laneRow{}, ssd: ssd}
@@ -504,7 +516,7 @@ func (l *batchLane) failHeld() {
 func (l *batchLane) close() {
 	l.failHeld()
 	if l.ssd != nil {
-		defer l.ssd.flush()
+		defer l.ssd.stop()
 	}
 	for row, r := range l.rows {
 		r.j.out.push(event{done: &outcome{err: errShuttingDown, reason: "length"}})

@@ -1,0 +1,166 @@
+package serve
+
+import (
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/model"
+)
+
+// TestSSDSpillAtEviction: a prefix the paged pool evicts is written to
+// the SSD tier by its writer goroutine, never by the token loop. The
+// llama3 fixture (no sliding window) under a KV budget of about two
+// requests, with a minimum of 48 tokens so that the 33-token prompts
+// themselves are never snapshotted and only the pool's chains — prompt
+// plus generated tokens, 64 of them in whole blocks — can reach the
+// disk. With the tier's writes held on a gate, later requests evict A's
+// chain and run to completion while its write waits (the loop did not
+// block on it), and a second eviction finds the queue over its byte bound
+// and is dropped. Released and flushed, the file is there; a prompt
+// sharing only A's first 48 tokens takes those from it (trimmed), and a
+// follow-up request continuing A's conversation (A's prompt, its answer,
+// new tokens), of which the pool holds only those 48, takes all 64 from
+// the file; each answers what a server without the tier answers.
+func TestSSDSpillAtEviction(t *testing.T) {
+	dir, _ := fixtureDirs()
+	if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); err != nil {
+		t.Skip("the llama3 fixture model is absent (model/testdata/llama3/f32)")
+	}
+	lm, err := model.Load(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lm.Close() })
+	tok := charTokenizer(t)
+	const n, gen, minTokens = 33, 40, 48
+	config := func() Config {
+		return Config{Model: generate.Wrap(lm, lm.Info().Vocab), ModelID: "llama3-tiny", Tokenizer: tok, EOS: []int32{2},
+			ContextLength: 256, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	}
+	probe := config()
+	probe.KVBudgetBytes = 4 << 20
+	psrv, phs := startServer(t, probe)
+	pst := psrv.Stats().Batch
+	phs.Close()
+	psrv.Close()
+	per := pst.KVBudgetBytes / (pst.Blocks.Capacity / lm.Info().Layers)
+	bs := pst.Blocks.Size
+	rowBlocks := (n + gen + bs - 1) / bs
+
+	cfg := config()
+	cfg.SSDCacheDir = t.TempDir()
+	cfg.SSDCacheMinTokens = minTokens
+	cfg.KVBudgetBytes = per * (2*rowBlocks + 2)
+	srv, hs := startServer(t, cfg)
+	tier := srv.eng.lane.ssd
+	gate, started := make(chan struct{}), make(chan []int32, 2*ssdQueueJobs)
+	var open sync.Once
+	release := func() { open.Do(func() { close(gate) }) }
+	t.Cleanup(release) // (before the server's cleanup, which waits for the writer)
+	tier.setSave(func(path string, j *ssdJob) error {
+		if j.spill {
+			started <- j.tokens
+			<-gate
+		}
+		return saveJob(path, j)
+	})
+
+	r := rand.New(rand.NewPCG(7, 8))
+	prompt := func() []int {
+		p := make([]int, n)
+		for i := range p {
+			p[i] = 3 + r.IntN(250)
+		}
+		return p
+	}
+	ask := func(url string, p []int) (string, float64) {
+		t.Helper()
+		code, out := post(t, url+"/v1/completions", map[string]any{"prompt": p, "max_tokens": gen, "temperature": 0, "logit_bias": map[string]float64{"2": -100}})
+		if code != 200 {
+			t.Fatalf("completion: %d %v", code, out)
+		}
+		u := out["usage"].(map[string]any)
+		return out["choices"].([]any)[0].(map[string]any)["text"].(string), u["prompt_tokens_details"].(map[string]any)["cached_tokens"].(float64)
+	}
+	a := prompt()
+	answer, _ := ask(hs.URL, a)
+	genIDs := tok.Encode(answer, false)
+	if len(genIDs) != gen {
+		t.Fatalf("A's answer re-encodes to %d tokens, want %d", len(genIDs), gen)
+	}
+	chain := append(slices.Clone(a), genIDs[:gen-1]...) // what A's caches were fed
+	chain = chain[:len(chain)/bs*bs]
+	if len(chain) < minTokens {
+		t.Fatalf("the test needs a chain of at least %d tokens, has %d", minTokens, len(chain))
+	}
+	others := make(chan struct{})
+	go func() { // each completes while the writes wait at the gate
+		defer close(others)
+		for _, p := range [][]int{prompt(), prompt(), prompt(), prompt()} {
+			if code, out := post(t, hs.URL+"/v1/completions", map[string]any{"prompt": p, "max_tokens": gen, "temperature": 0, "logit_bias": map[string]float64{"2": -100}}); code != 200 {
+				t.Errorf("completion: %d %v", code, out)
+			}
+		}
+	}()
+	waitFor(t, "the other requests to complete while a write is held (the token loop stalled behind it)", func() bool {
+		select {
+		case <-others:
+			return true
+		default:
+			return false
+		}
+	})
+	var first []int32
+	select {
+	case first = <-started:
+	default:
+		t.Fatal("no evicted prefix reached the writer")
+	}
+	if !slices.Equal(first, toI32(chain)) {
+		t.Fatalf("the first spill wrote %d tokens, not A's chain of %d", len(first), len(chain))
+	}
+	st := srv.Stats().SSD
+	if st.QueuedBytes <= 0 || st.Dropped < 1 || st.Writes != 0 || srv.Stats().Completed != 5 {
+		t.Fatalf("with the writer held: %+v, %d completed", st, srv.Stats().Completed)
+	}
+	release()
+	resp, err := hs.Client().Post(hs.URL+"/admin/cache/flush", "application/json", strings.NewReader("{}"))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("flush: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	st = srv.Stats().SSD
+	if st.Spilled < 1 || st.Spilled != st.Writes || st.QueuedBytes != 0 {
+		t.Fatalf("after the flush: %+v", st)
+	}
+
+	_, plain := startServer(t, config())
+	// a prompt sharing only A's first 48 tokens takes those from the
+	// 64-token file (its caches trimmed)
+	branch := append(slices.Clone(chain[:minTokens]), prompt()[:10]...)
+	warm, cached := ask(hs.URL, branch)
+	if cold, _ := ask(plain.URL, branch); warm != cold || cached != minTokens {
+		t.Errorf("a branch of A's chain: %q with %v cached tokens, computed %q (want %d cached)", warm, cached, cold, minTokens)
+	}
+	next := append(append(slices.Clone(a), genIDs...), 3+r.IntN(250), 3+r.IntN(250), 3+r.IntN(250))
+	if held := srv.eng.lane.pool.CachedPrefix(toI32(next)); !raceEnabled && held != minTokens { // (the engine goroutine is idle)
+		t.Fatalf("the pool holds %d tokens of A's conversation, want the branch's %d", held, minTokens)
+	}
+	hits := srv.Stats().SSD.Hits
+	warm, cached = ask(hs.URL, next)
+	if cached != float64(len(chain)) || srv.Stats().SSD.Hits != hits+1 {
+		t.Errorf("the follow-up took %v cached tokens (want %d from the spilled file); SSD %+v", cached, len(chain), srv.Stats().SSD)
+	}
+	if cold, _ := ask(plain.URL, next); warm != cold {
+		t.Errorf("restored from the spilled file: %q, computed: %q", warm, cold)
+	}
+	t.Logf("pool of %d blocks per layer; A's chain of %d tokens spilled at eviction; SSD %+v", cfg.KVBudgetBytes/per, len(chain), srv.Stats().SSD)
+}

@@ -77,7 +77,13 @@ func (be *Backend) LowRank(y, x *tensor.Array, pairs []tensor.LowRankPair, ids [
 		}
 		l := lrOperands{
 			x: xi, xdt: x.DType(), in: in, out: out, r: pr.A.Dim(0),
-			a: dense(pr.A), adt: pr.A.DType(), bdt: pr.B.DType(),
+			adt: pr.A.DType(), bdt: pr.B.DType(),
+		}
+		// A as a transposed view of a dense Aᵀ [in, r] is read as it is
+		if ai := get(pr.A); haveLRBT16 && ai.strides[1] == l.r && (ai.strides[0] == 1 || l.r == 1) {
+			l.a, l.aT = ai, true
+		} else {
+			l.a = dense(pr.A)
 		}
 		// B as a transposed view of a dense Bᵀ [r, out] is read as it is
 		if bi := get(pr.B); haveLRBT16 && bi.strides[0] == 1 && (bi.strides[1] == out || l.r == 1) {
@@ -99,8 +105,9 @@ type lrOperands struct {
 	in, out, r int
 	a, b       *impl
 	adt, bdt   tensor.DType
-	// bT: b is Bᵀ [r, out] dense (B's transposed view)
-	bT bool
+	// bT: b is Bᵀ [r, out] dense (B's transposed view); aT: a is Aᵀ
+	// [in, r] dense (A's transposed view)
+	bT, aT bool
 }
 
 // lrRowChunk is the most rows one task of the x·Aᵀ phase takes.
@@ -155,6 +162,25 @@ func (l *lrOperands) productA(t, xs []float32, m, kp, rp int) {
 			c, g, blk := task/(groups*blocks), task/blocks%groups, task%blocks
 			r0, p0 := c*lrRowChunk, blk*kc
 			nr := min(lrRowChunk, m-r0)
+			if l.aT {
+				// Aᵀ's rows are the inputs, its columns the rank: the
+				// block's chains run as lrBT16's over 16 rank columns,
+				// four blocks at a time where four whole ones follow
+				nv := min(16, l.r-g*16)
+				col := unsafe.Pointer(&ad[(l.a.off+p0*l.r+g*16)*es])
+				if blk+3 < blocks && task+3 < hi && p0+4*kc <= l.in {
+					for k := range 4 {
+						clear(part[(task+k)*stride : (task+k)*stride+nr*16])
+					}
+					lrBT4(&part[task*stride], 4*stride, &xs[r0*kp+p0], 4*kp, 4*kc, col, l.r*es, kc*l.r*es, kc, kind, nr, nv)
+					task += 3
+					continue
+				}
+				acc := part[task*stride : task*stride+nr*16]
+				clear(acc)
+				lrBT16(&acc[0], &xs[r0*kp+p0], 4*kp, col, l.r*es, min(kc, l.in-p0), kind, nr, nv)
+				continue
+			}
 			for i := range wr {
 				wr[i] = zero
 				if q := g*16 + i; q < l.r {
@@ -204,6 +230,10 @@ func (l *lrOperands) productB(yf, t []float32, rows []int, rp int) {
 		zeros = make([]byte, rp*4)
 	}
 	zero := uintptr(unsafe.Pointer(&zeros[0]))
+	if l.bT {
+		l.productBT(yf, t, rows, rp)
+		return
+	}
 	groups := (out + 15) / 16
 	grain := max(1, (1<<15)/max(1, m*16*r))
 	parallelFor(groups, grain, func(lo, hi int) {
@@ -214,16 +244,6 @@ func (l *lrOperands) productB(yf, t []float32, rows []int, rp int) {
 		for g := lo; g < hi; g++ {
 			j0 := g * 16
 			nv := min(16, out-j0)
-			if l.bT {
-				for s, i := range rows {
-					copy(acc[s*16:s*16+nv], yf[i*out+j0:i*out+j0+nv])
-				}
-				lrBT16(&acc[0], &t[0], 4*rp, unsafe.Pointer(&bd[(l.b.off+j0)*es]), out*es, r, kind, m, nv)
-				for s, i := range rows {
-					copy(yf[i*out+j0:i*out+j0+nv], acc[s*16:s*16+nv])
-				}
-				continue
-			}
 			for i := range wr {
 				wr[i] = zero
 				if i < nv {
@@ -243,12 +263,63 @@ func (l *lrOperands) productB(yf, t []float32, rows []int, rp int) {
 	})
 }
 
+// productBT is productB for a transposed-view B (Bᵀ [r, out] dense):
+// whole runs of 64 output columns go through lrBT4 (their four groups'
+// chains interleaved), the columns past the last such run through
+// lrBT16, every chain the same either way.
+func (l *lrOperands) productBT(yf, t []float32, rows []int, rp int) {
+	m := len(rows)
+	out, r := l.out, l.r
+	kind, es := packKind(l.bdt), l.bdt.Size()
+	bd := l.b.buf.data
+	quads := out / 64
+	units := quads + (out-quads*64+15)/16
+	grain := max(1, (1<<15)/max(1, m*64*r))
+	parallelFor(units, grain, func(lo, hi int) {
+		accb := lrScratch.get(m * 64)
+		defer lrScratch.put(accb)
+		acc := *accb
+		for u := lo; u < hi; u++ {
+			if u < quads {
+				// acc holds the four groups' chains one after another,
+				// each [m, 16]
+				j0 := u * 64
+				for s, i := range rows {
+					for c := range 4 {
+						copy(acc[(c*m+s)*16:(c*m+s)*16+16], yf[i*out+j0+c*16:])
+					}
+				}
+				lrBT4(&acc[0], m*64, &t[0], 4*rp, 0, unsafe.Pointer(&bd[(l.b.off+j0)*es]), out*es, 16*es, r, kind, m, 16)
+				for s, i := range rows {
+					for c := range 4 {
+						copy(yf[i*out+j0+c*16:i*out+j0+c*16+16], acc[(c*m+s)*16:])
+					}
+				}
+				continue
+			}
+			j0 := quads*64 + (u-quads)*16
+			nv := min(16, out-j0)
+			for s, i := range rows {
+				copy(acc[s*16:s*16+nv], yf[i*out+j0:i*out+j0+nv])
+			}
+			lrBT16(&acc[0], &t[0], 4*rp, unsafe.Pointer(&bd[(l.b.off+j0)*es]), out*es, r, kind, m, nv)
+			for s, i := range rows {
+				copy(yf[i*out+j0:i*out+j0+nv], acc[s*16:s*16+nv])
+			}
+		}
+		runtime.KeepAlive(bd)
+	})
+}
+
 // portable is run without AVX-512 (or for operand types gemvT16 does not
 // read): the same order of operations, one multiply and one add at a
 // time.
 func (l *lrOperands) portable(yf, t, xs []float32, rows []int, kp, rp int) {
 	m := len(rows)
 	av := mview{l.a.buf.data, l.adt, l.a.off, l.in, 1}
+	if l.aT {
+		av.rs, av.cs = 1, l.r
+	}
 	bv := mview{l.b.buf.data, l.bdt, l.b.off, l.r, 1}
 	if l.bT {
 		bv.rs, bv.cs = 1, l.out

@@ -173,7 +173,7 @@ func TestLowRankGatherAccuracy(t *testing.T) {
 // the call (M=1 and M>1 alike), nor on the worker count.
 func TestLowRankInvariant(t *testing.T) {
 	for _, portable := range []bool{false, true} {
-		for _, sh := range [][4]int{{70, 2*kc + 5, 50, 16}, {8, 2048, 8192 / 16, 16}, {5, 8192, 64, 48}, {3, 40, 17, 20}} {
+		for _, sh := range [][4]int{{70, 2*kc + 5, 50, 16}, {8, 2048, 8192 / 16, 16}, {5, 8192, 64, 48}, {3, 40, 17, 20}, {4, 9*kc + 7, 200, 16}, {2, 4 * kc, 64, 1}} {
 			m, in, out, r := sh[0], sh[1], sh[2], sh[3]
 			name := fmt.Sprintf("m%d-in%d-out%d-r%d/portable=%v", m, in, out, r, portable)
 			t.Run(name, func(t *testing.T) {
@@ -182,11 +182,13 @@ func TestLowRankInvariant(t *testing.T) {
 					defer s.Close()
 					c := newLRCase(m, in, out, []int{r}, tensor.BFloat16, tensor.BFloat16, uint32(in))
 					bt := tensor.Transpose(tensor.Contiguous(tensor.Transpose(c.b[0])))
-					for _, b := range []*tensor.Array{c.b[0], bt} {
+					at := tensor.Transpose(tensor.Contiguous(tensor.Transpose(c.a[0])))
+					for _, p := range [][2]*tensor.Array{{c.a[0], c.b[0]}, {c.a[0], bt}, {at, bt}, {at, c.b[0]}} {
+						a, b := p[0], p[1]
 						checkRowInvariant(t, name, m,
-							func() *tensor.Array { return tensor.LowRank(c.y, c.x, c.a[0], b) },
+							func() *tensor.Array { return tensor.LowRank(c.y, c.x, a, b) },
 							func(i int) *tensor.Array {
-								return tensor.LowRank(rowOf(c.y, 0, i), rowOf(c.x, 0, i), c.a[0], b)
+								return tensor.LowRank(rowOf(c.y, 0, i), rowOf(c.x, 0, i), a, b)
 							})
 					}
 				}
@@ -263,6 +265,54 @@ func testLowRankViews(t *testing.T) {
 	}
 }
 
+// TestLowRankTransposed: A and B as transposed views of dense Aᵀ and Bᵀ
+// (how lora mounts them; the kernel reads them with no copy, four chains
+// interleaved) give the bytes of their dense copies, for each weight
+// type, over shapes with whole and partial runs of four input blocks and
+// of 64 output columns, and ranks below, at and past 16.
+func TestLowRankTransposed(t *testing.T) {
+	for _, portable := range []bool{false, true} {
+		for _, wdt := range []tensor.DType{tensor.Float32, tensor.BFloat16, tensor.Float16} {
+			for _, sh := range [][4]int{{1, 2048, 8192, 16}, {1, 8192, 2048, 16}, {3, 9*kc + 7, 200, 20}, {2, 5 * kc, 129, 48}, {1, 4 * kc, 64, 4}, {2, 33, 15, 1}} {
+				m, in, out, r := sh[0], sh[1], sh[2], sh[3]
+				name := fmt.Sprintf("%s/m%d-in%d-out%d-r%d/portable=%v", wdt, m, in, out, r, portable)
+				t.Run(name, func(t *testing.T) {
+					body := func() {
+						s := tensor.NewScope()
+						defer s.Close()
+						c := newLRCase(m, in, out, []int{r}, tensor.BFloat16, wdt, uint32(in+r))
+						want := tensor.LowRank(c.y, c.x, c.a[0], c.b[0]).Bytes()
+						at := tensor.Transpose(tensor.Contiguous(tensor.Transpose(c.a[0])))
+						bt := tensor.Transpose(tensor.Contiguous(tensor.Transpose(c.b[0])))
+						for i, p := range [][2]*tensor.Array{{at, c.b[0]}, {c.a[0], bt}, {at, bt}} {
+							if got := tensor.LowRank(c.y, c.x, p[0], p[1]).Bytes(); !bytes.Equal(got, want) {
+								t.Fatalf("operands %d (transposed A %v, B %v) differ from the dense ones", i, i != 1, i != 0)
+							}
+						}
+						if m == 1 {
+							return
+						}
+						ids := make([]int, m)
+						for i := range ids {
+							ids[i] = i%2 - 1 + i%3/2 // -1, 0, 0, ...: rows with and without the pair
+						}
+						tp := []tensor.LowRankPair{{A: at, B: bt}}
+						dp := []tensor.LowRankPair{{A: c.a[0], B: c.b[0]}}
+						if !bytes.Equal(tensor.LowRankGather(c.y, c.x, tp, ids).Bytes(), tensor.LowRankGather(c.y, c.x, dp, ids).Bytes()) {
+							t.Fatal("LowRankGather: transposed operands differ from the dense ones")
+						}
+					}
+					if portable {
+						withPortable(body)
+					} else {
+						body()
+					}
+				})
+			}
+		}
+	}
+}
+
 // TestLowRankComposed: the composition other backends get agrees with
 // the kernel to within one rounding.
 func TestLowRankComposed(t *testing.T) {
@@ -291,4 +341,34 @@ func TestLowRankErrors(t *testing.T) {
 	fzNoLeak(t, func() {
 		tensor.LowRankGather(c.y, c.x, c.pairs(), []int{-1, 0}).Free()
 	})
+}
+
+// BenchmarkLowRankDecode is one decode token's low-rank terms on a
+// 1B-shaped Llama layer (bfloat16 activations and pairs, rank 16, one
+// row; the seven projections' shapes, A and B as the transposed views
+// lora passes): GB/s of pair bytes read, per CPU second of the process.
+func BenchmarkLowRankDecode(b *testing.B) {
+	shapes := [][2]int{{2048, 2048}, {2048, 512}, {2048, 512}, {2048, 2048}, {2048, 8192}, {2048, 8192}, {8192, 2048}}
+	type op struct {
+		x, y, a, bt *tensor.Array
+	}
+	var ops []op
+	bytes := 0
+	for i, s := range shapes {
+		c := newLRCase(1, s[0], s[1], []int{16}, tensor.BFloat16, tensor.BFloat16, uint32(40+i))
+		bt := tensor.Transpose(tensor.Contiguous(tensor.Transpose(c.b[0])))
+		at := tensor.Transpose(tensor.Contiguous(tensor.Transpose(c.a[0])))
+		ops = append(ops, op{c.x, c.y, at, bt})
+		bytes += 2 * 16 * (s[0] + s[1])
+	}
+	b.ResetTimer()
+	c0 := lrCPUTime()
+	for b.Loop() {
+		for _, o := range ops {
+			tensor.Free(tensor.LowRank(o.y, o.x, o.a, o.bt))
+		}
+	}
+	cpu := (lrCPUTime() - c0).Seconds()
+	b.ReportMetric(float64(bytes)*float64(b.N)/cpu/1e9, "GB/cpu-s")
+	b.ReportMetric(cpu/float64(b.N)/float64(len(ops))*1e6, "cpu-µs/call")
 }

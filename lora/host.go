@@ -63,10 +63,14 @@ type Mounted struct {
 // pair is a mounted adapter's pair as passes apply it, in the
 // activations' type: a is scale·A (the scale folded in at Mount, so a
 // pass multiplies nothing but the two products) and b is B (for a dense
-// layer, a transposed view of a dense Bᵀ).
+// layer, transposed views of a dense Aᵀ and Bᵀ).
 type pair struct {
 	*Delta
 	a, b *tensor.Array
+	// experts, for a bank's pair (a [E, in, r] and b [E, r, out], the
+	// experts' Aᵀ and Bᵀ stacked), is expert e's A [r, in] and B [out,
+	// r] as transposed views into them (tensor.LowRankPair).
+	experts []tensor.LowRankPair
 }
 
 // Layers is the number of model layers the adapter adds a residual to.
@@ -222,9 +226,24 @@ func (h *Host) prepare(m *Mounted) {
 			p.b = keep(tensor.AsType(d.B, t))
 		}
 		if d.Experts == 0 {
-			// a dense B is kept as Bᵀ [r, out] and passed as its transposed
-			// view, which tensor.LowRank reads on the CPU with no transpose
+			// a dense layer's A and B are kept as Aᵀ [in, r] and Bᵀ [r,
+			// out] and passed as their transposed views, which
+			// tensor.LowRank reads on the CPU with no transpose (each
+			// input's or output's rank values side by side)
+			p.a = keep(tensor.Transpose(keep(tensor.Contiguous(tensor.Transpose(p.a)))))
 			p.b = keep(tensor.Transpose(keep(tensor.Contiguous(tensor.Transpose(p.b)))))
+		} else {
+			// a bank's are kept as the experts' Aᵀ [E, in, r] and Bᵀ [E,
+			// r, out], with each expert's pair a view of its slices
+			p.a = keep(tensor.Contiguous(tensor.SwapAxes(p.a, -1, -2)))
+			p.b = keep(tensor.Contiguous(tensor.SwapAxes(p.b, -1, -2)))
+			view := func(st *tensor.Array, e int) *tensor.Array {
+				return keep(tensor.Transpose(tensor.Squeeze(tensor.SliceAxis(st, 0, e, e+1), 0)))
+			}
+			p.experts = make([]tensor.LowRankPair, d.Experts)
+			for e := range d.Experts {
+				p.experts[e] = tensor.LowRankPair{A: view(p.a, e), B: view(p.b, e)}
+			}
 		}
 		m.deltas[k] = p
 	}
@@ -612,12 +631,15 @@ func (b *bank) Gather(x, inds *tensor.Array) *tensor.Array {
 	sc := tensor.NewScope()
 	defer sc.Close()
 	y := b.s.bank.Gather(x, inds)
+	if _, fused := y.Backend().(tensor.LowRanker); fused {
+		return sc.Keep(p.expertLowRank(b.s, x, y, inds))
+	}
 	// rows: x, y and inds share their leading dims
 	lead := inds.NDim() - 1
 	if len(p.sets) == 1 && p.sets[0].rows < 0 {
 		ds := b.s.deltas(p.sets[0].set)
 		if len(ds) == 0 {
-			return y
+			return sc.Keep(y)
 		}
 		return sc.Keep(gathered(x, y, inds, ds))
 	}
@@ -633,14 +655,88 @@ func (b *bank) Gather(x, inds *tensor.Array) *tensor.Array {
 	return sc.Keep(out)
 }
 
+// expertLowRank adds the selected pairs' residuals for the experts inds
+// picks (x [..., m, 1, in] with m 1 or k, y [..., k, 1, out], inds
+// [..., k]) with tensor.LowRankGather: every (token, slot) is a row
+// whose pair is its expert's in its token's set, stage by stage as
+// plan.lowRank adds a dense layer's (a token's spans are its leading
+// dims flattened), so each row gets the bits it gets in a pass alone.
+func (p *plan) expertLowRank(s *site, x, y, inds *tensor.Array) *tensor.Array {
+	lead := inds.NDim() - 1
+	k := inds.Dim(-1)
+	n := 1
+	for _, d := range inds.Shape()[:lead] {
+		n *= d
+	}
+	per := make([][]*pair, n) // each token's pairs, in order
+	stages := 0
+	if len(p.sets) == 1 && p.sets[0].rows < 0 {
+		ds := s.deltas(p.sets[0].set)
+		for t := range per {
+			per[t] = ds
+		}
+		stages = len(ds)
+	} else {
+		if err := p.cover(s, n); err != nil {
+			panic(err)
+		}
+		at := 0
+		for _, r := range p.sets {
+			ds := s.deltas(r.set)
+			for t := at; t < at+r.rows; t++ {
+				per[t] = ds
+			}
+			stages = max(stages, len(ds))
+			at += r.rows
+		}
+	}
+	if stages == 0 {
+		return y
+	}
+	experts := tensor.AsType(inds, tensor.Int32).Int32s()
+	in, out := x.Dim(-1), y.Dim(-1)
+	x2 := tensor.Reshape(x, n, x.Size()/(n*in), in)
+	if x2.Dim(1) != k {
+		x2 = tensor.Contiguous(tensor.BroadcastTo(x2, n, k, in))
+	}
+	x2 = tensor.Reshape(x2, n*k, in)
+	y2 := tensor.Reshape(y, n*k, out)
+	ids := make([]int, n*k)
+	type use struct {
+		d *pair
+		e int32
+	}
+	for st := range stages {
+		var pairs []tensor.LowRankPair
+		index := map[use]int{}
+		for t := range n {
+			for j := range k {
+				id := -1
+				if st < len(per[t]) {
+					u := use{per[t][st], experts[t*k+j]}
+					var ok bool
+					if id, ok = index[u]; !ok {
+						id = len(pairs)
+						index[u] = id
+						pairs = append(pairs, u.d.experts[u.e])
+					}
+				}
+				ids[t*k+j] = id
+			}
+		}
+		y2 = tensor.LowRankGather(y2, x2, pairs, ids)
+	}
+	return tensor.Reshape(y2, y.Shape()...)
+}
+
 // gathered adds each pair's residual for the experts inds picks:
-// x [..., m, 1, in] (m 1 or k), y [..., k, 1, out], inds [..., k].
+// x [..., m, 1, in] (m 1 or k), y [..., k, 1, out], inds [..., k]
+// (backends without a fused low-rank op).
 func gathered(x, y, inds *tensor.Array, ds []*pair) *tensor.Array {
 	for _, d := range ds {
-		a := tensor.Take(d.a, inds, 0)                                                                // [..., k, r, in]
-		bb := tensor.Take(d.b, inds, 0)                                                               // [..., k, out, r]
-		r := tensor.Matmul(tensor.Matmul(x, tensor.SwapAxes(a, -1, -2)), tensor.SwapAxes(bb, -1, -2)) // [..., k, 1, out]
-		y = tensor.Add(y, r)
+		at := tensor.Take(d.a, inds, 0)                            // [..., k, in, r]
+		bt := tensor.Take(d.b, inds, 0)                            // [..., k, r, out]
+		y = tensor.Add(y, tensor.Matmul(tensor.Matmul(x, at), bt)) // [..., k, 1, out]
 	}
 	return y
 }
@@ -669,10 +765,7 @@ func (b *bank) Expert(e int, x *tensor.Array) *tensor.Array {
 	defer sc.Close()
 	y := b.s.bank.Expert(e, x)
 	for _, d := range ds {
-		a := tensor.Squeeze(tensor.SliceAxis(d.a, 0, e, e+1), 0)
-		bb := tensor.Squeeze(tensor.SliceAxis(d.b, 0, e, e+1), 0)
-		r := tensor.Matmul(tensor.Matmul(x, tensor.Transpose(a)), tensor.Transpose(bb))
-		y = tensor.Add(y, r)
+		y = tensor.LowRank(y, x, d.experts[e].A, d.experts[e].B)
 	}
 	return sc.Keep(y)
 }

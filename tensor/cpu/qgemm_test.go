@@ -108,7 +108,7 @@ func BenchmarkQMVKern(b *testing.B) {
 	sidx := &qmvLaneGroup[1]
 	for b.Loop() {
 		qmvRowsX(&wb[0], &x[0], 0, 2*k, k/128, 0, &s[0], ng, 128/gs*4, &sidx[0], &bias[0], &gx[0], 4*ng,
-			&out[0], 4*rows, rows, k/2, nx)
+			&out[0], 4*rows, rows, k/2, nx, nil, qmvAccFinish, 0)
 	}
 	b.ReportMetric(2*float64(nx*rows*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }

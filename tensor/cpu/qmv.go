@@ -50,6 +50,37 @@ const qmvPrefetchBytes = 16 << 10
 // smallest share of rows a worker takes.
 const qmvRowBlock = 64
 
+// qmvChunkXBytes bounds the x bytes a pass of x rows reads per weight row
+// (the x rows' share of L1 while a block of weight rows streams past
+// them): longer rows run in chunks of half as many bytes (qmvChunk).
+// Measured (BenchmarkQMatmulSmallM, K = 8192): whole rows of 8 and 4 x
+// rows spill L1 and run at 0.6–0.75 of chunked ones; at K = 2048 (8 rows,
+// 32 KiB of x) chunking does not pay.
+var qmvChunkXBytes = 32 << 10
+
+// The kernels' flags: qmvAccLoad starts a chunk from the stored
+// accumulators, qmvAccFinish marks a row's last chunk (tail, bias terms,
+// outputs); a whole row is one chunk with qmvAccFinish alone.
+const (
+	qmvAccLoad   = 1
+	qmvAccFinish = 2
+)
+
+// qmvChunk returns how many 128-code blocks of a row of nb blocks one
+// kernel call runs against a pass of nx x rows (two layouts each when
+// lo): all of them while the pass's x fits qmvChunkXBytes, else an even
+// count (chunks keep the kernels' alternation of even and odd blocks).
+func qmvChunk(nx, nb int, lo bool) int {
+	per := nx * 256 // x bytes per block
+	if lo {
+		per *= 2
+	}
+	if per*nb <= qmvChunkXBytes {
+		return nb
+	}
+	return max(qmvChunkXBytes/2/per&^1, 2)
+}
+
 // qmvLaneGroup is, per group size, the group (relative to the block's
 // first) that each float32 lane of a 128-code block's partial sums covers:
 // lane l holds codes 8l..8l+7.
@@ -171,6 +202,8 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 		// kernel's whole-vector reads past a row's last group
 		sb := qmvPool.get(2*(qmvRowBlock*kng+16) + 2*qmvRowBlock*ng)
 		defer qmvPool.put(sb)
+		ab := qmvPool.get(qmvRowBlock * 8 * 32) // chunk accumulators (qmvChunk)
+		defer qmvPool.put(ab)
 		sv, bv := (*sb)[:qmvRowBlock*kng+16], (*sb)[qmvRowBlock*kng+16:2*(qmvRowBlock*kng+16)]
 		for b0 := r0; b0 < r1; b0 += qmvRowBlock {
 			b1 := min(b0+qmvRowBlock, r1)
@@ -190,8 +223,29 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 				for nx > rows-m0 {
 					nx /= 2
 				}
-				kern(&wb[b0*bpr], &hi[m0*ldx], loOff, 2*ldx, nblk, tailw, &sv[0], kng, sblk,
-					&sidx[0], &bv[0], &gsum[m0*kng], 4*kng, &out[m0*n+b0], 4*n, b1-b0, pfd, nx)
+				cb := qmvChunk(nx, nb, anyLo)
+				if cb >= nblk {
+					kern(&wb[b0*bpr], &hi[m0*ldx], loOff, 2*ldx, nblk, tailw, &sv[0], kng, sblk,
+						&sidx[0], &bv[0], &gsum[m0*kng], 4*kng, &out[m0*n+b0], 4*n, b1-b0, pfd, nx, nil, qmvAccFinish, 0)
+					m0 += nx
+					continue
+				}
+				// chunks of cb blocks (the last one takes the rest and the tail),
+				// accumulators carried in acc; each chunk prefetches the next
+				// one of the same rows, the last one the first chunk of the
+				// next block of rows
+				spb := 128 / kgs // scales per block
+				for c0 := 0; c0 < nblk; c0 += cb {
+					nc, flags, skip, pf := cb, 0, bpr-64*cb, 64*cb
+					if c0 > 0 {
+						flags |= qmvAccLoad
+					}
+					if c0+cb >= nblk {
+						nc, flags, skip, pf = nblk-c0, flags|qmvAccFinish, 64*c0, (b1-b0)*bpr-64*c0
+					}
+					kern(&wb[b0*bpr+64*c0], &hi[m0*ldx+128*c0], loOff, 2*ldx, nc, tailw, &sv[spb*c0], kng, sblk,
+						&sidx[0], &bv[0], &gsum[m0*kng], 4*kng, &out[m0*n+b0], 4*n, b1-b0, pf, nx, &(*ab)[0], flags, skip)
+				}
 				m0 += nx
 			}
 		}

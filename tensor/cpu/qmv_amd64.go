@@ -29,9 +29,12 @@ func detectBF16() bool {
 // 8): x row r's layout at x + r·ldx bytes (prepQMV; for XL its residual
 // layout lo bytes further), its group sums at gx + r·ldg bytes, its
 // outputs at out + r·ldo bytes. They prefetch the weights pfd bytes ahead.
+// A row may run in chunks (see qmvr_amd64.s and qmvChunk): flags holds
+// qmvAccLoad and qmvAccFinish, acc the chunks' accumulators, wskip the
+// bytes from the end of a row's chunk to the next row's.
 //
 //go:noescape
-func qmvRowsX(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int)
+func qmvRowsX(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int, acc *float32, flags, wskip int)
 
 //go:noescape
-func qmvRowsXL(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int)
+func qmvRowsXL(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int, acc *float32, flags, wskip int)

@@ -23,7 +23,14 @@
 // residuals (float16 x), lo bytes after each row's main layout.
 //
 // The weights are read as one sequential stream (prefetched pfd bytes
-// ahead); x rows stay in cache.
+// ahead); x rows stay in cache. Long rows may be run in chunks of an even
+// number of blocks (x, w and s at the chunk's start, nblk its blocks,
+// wskip the bytes from a chunk's end to the next row's chunk): a chunk
+// with flag 1 starts from the accumulators stored at acc (r·128 bytes per
+// weight row, ACC0 then ACC1 of each x row) instead of zeros, and one
+// without flag 2 stores them there and stops before the tail; the chain
+// of operations per lane is the one an unchunked call runs, so chunking
+// does not change a bit.
 //
 // Registers: Z0..Z3 codes, Z5 a row's block dot (Y5/X7 the final sum's
 // temporaries), Z6 the lane scales, Z30 the lane→group index, Z31 the code
@@ -74,8 +81,8 @@ DATA qmvNibbles<>+48(SB)/8, $0x4130412041104100
 DATA qmvNibbles<>+56(SB)/8, $0x4170416041504140
 GLOBL qmvNibbles<>(SB), RODATA|NOPTR, $64
 
-// func qmvRowsX(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int)
-TEXT ·qmvRowsX(SB), NOSPLIT, $0-144
+// func qmvRowsX(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int, acc *float32, flags, wskip int)
+TEXT ·qmvRowsX(SB), NOSPLIT, $0-168
 	MOVQ w+0(FP), SI
 	MOVQ s+48(FP), R11
 	MOVQ b+80(FP), R12
@@ -132,8 +139,19 @@ x1_row:
 	MOVQ x+8(FP), DX
 	MOVQ R11, R8
 	MOVQ nblk+32(FP), CX
+	MOVQ flags+152(FP), AX
+	TESTQ $1, AX
+	JNZ x1_load
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
+	JMP x1_pairs
+x1_load:
+	MOVQ DI, AX
+	SUBQ out+104(FP), AX
+	SHLQ $5, AX
+	ADDQ acc+144(FP), AX
+	VMOVUPS 0(AX), Z8
+	VMOVUPS 64(AX), Z9
 x1_pairs:
 	CMPQ CX, $2
 	JLT x1_one
@@ -188,6 +206,18 @@ x1_one:
 	ADDQ $256, DX
 	ADDQ R9, R8
 x1_tail:
+	MOVQ flags+152(FP), AX
+	TESTQ $2, AX
+	JNZ x1_fin
+	// not the last chunk of the rows: keep the accumulators for the next chunk
+	MOVQ DI, AX
+	SUBQ out+104(FP), AX
+	SHLQ $5, AX
+	ADDQ acc+144(FP), AX
+	VMOVUPS Z8, 0(AX)
+	VMOVUPS Z9, 64(AX)
+	JMP x1_next
+x1_fin:
 	// a last block of tailw (< 32) words: zero-masked weight load (x is
 	// zero-padded), lane-masked accumulation
 	MOVQ tailw+40(FP), CX
@@ -238,6 +268,8 @@ x1_out:
 	VHADDPS X5, X5, X5
 	VHADDPS X5, X5, X5
 	VMOVSS X5, (AX)
+x1_next:
+	ADDQ wskip+160(FP), SI
 	ADDQ $4, DI
 	ADDQ R15, R11
 	ADDQ R15, R12
@@ -250,10 +282,23 @@ x2_row:
 	MOVQ x+8(FP), DX
 	MOVQ R11, R8
 	MOVQ nblk+32(FP), CX
+	MOVQ flags+152(FP), AX
+	TESTQ $1, AX
+	JNZ x2_load
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
 	VPXORD Z11, Z11, Z11
+	JMP x2_pairs
+x2_load:
+	MOVQ DI, AX
+	SUBQ out+104(FP), AX
+	SHLQ $6, AX
+	ADDQ acc+144(FP), AX
+	VMOVUPS 0(AX), Z8
+	VMOVUPS 64(AX), Z9
+	VMOVUPS 128(AX), Z10
+	VMOVUPS 192(AX), Z11
 x2_pairs:
 	CMPQ CX, $2
 	JLT x2_one
@@ -329,6 +374,20 @@ x2_one:
 	ADDQ $256, DX
 	ADDQ R9, R8
 x2_tail:
+	MOVQ flags+152(FP), AX
+	TESTQ $2, AX
+	JNZ x2_fin
+	// not the last chunk of the rows: keep the accumulators for the next chunk
+	MOVQ DI, AX
+	SUBQ out+104(FP), AX
+	SHLQ $6, AX
+	ADDQ acc+144(FP), AX
+	VMOVUPS Z8, 0(AX)
+	VMOVUPS Z9, 64(AX)
+	VMOVUPS Z10, 128(AX)
+	VMOVUPS Z11, 192(AX)
+	JMP x2_next
+x2_fin:
 	// a last block of tailw (< 32) words: zero-masked weight load (x is
 	// zero-padded), lane-masked accumulation
 	MOVQ tailw+40(FP), CX
@@ -401,6 +460,8 @@ x2_out:
 	VHADDPS X5, X5, X5
 	VHADDPS X5, X5, X5
 	VMOVSS X5, (AX)
+x2_next:
+	ADDQ wskip+160(FP), SI
 	ADDQ $4, DI
 	ADDQ R15, R11
 	ADDQ R15, R12
@@ -413,6 +474,9 @@ x4_row:
 	MOVQ x+8(FP), DX
 	MOVQ R11, R8
 	MOVQ nblk+32(FP), CX
+	MOVQ flags+152(FP), AX
+	TESTQ $1, AX
+	JNZ x4_load
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
@@ -421,6 +485,20 @@ x4_row:
 	VPXORD Z13, Z13, Z13
 	VPXORD Z14, Z14, Z14
 	VPXORD Z15, Z15, Z15
+	JMP x4_pairs
+x4_load:
+	MOVQ DI, AX
+	SUBQ out+104(FP), AX
+	SHLQ $7, AX
+	ADDQ acc+144(FP), AX
+	VMOVUPS 0(AX), Z8
+	VMOVUPS 64(AX), Z9
+	VMOVUPS 128(AX), Z10
+	VMOVUPS 192(AX), Z11
+	VMOVUPS 256(AX), Z12
+	VMOVUPS 320(AX), Z13
+	VMOVUPS 384(AX), Z14
+	VMOVUPS 448(AX), Z15
 x4_pairs:
 	CMPQ CX, $2
 	JLT x4_one
@@ -538,6 +616,24 @@ x4_one:
 	ADDQ $256, DX
 	ADDQ R9, R8
 x4_tail:
+	MOVQ flags+152(FP), AX
+	TESTQ $2, AX
+	JNZ x4_fin
+	// not the last chunk of the rows: keep the accumulators for the next chunk
+	MOVQ DI, AX
+	SUBQ out+104(FP), AX
+	SHLQ $7, AX
+	ADDQ acc+144(FP), AX
+	VMOVUPS Z8, 0(AX)
+	VMOVUPS Z9, 64(AX)
+	VMOVUPS Z10, 128(AX)
+	VMOVUPS Z11, 192(AX)
+	VMOVUPS Z12, 256(AX)
+	VMOVUPS Z13, 320(AX)
+	VMOVUPS Z14, 384(AX)
+	VMOVUPS Z15, 448(AX)
+	JMP x4_next
+x4_fin:
 	// a last block of tailw (< 32) words: zero-masked weight load (x is
 	// zero-padded), lane-masked accumulation
 	MOVQ tailw+40(FP), CX
@@ -654,6 +750,8 @@ x4_out:
 	VHADDPS X5, X5, X5
 	VHADDPS X5, X5, X5
 	VMOVSS X5, (AX)
+x4_next:
+	ADDQ wskip+160(FP), SI
 	ADDQ $4, DI
 	ADDQ R15, R11
 	ADDQ R15, R12
@@ -666,6 +764,9 @@ x8_row:
 	MOVQ x+8(FP), DX
 	MOVQ R11, R8
 	MOVQ nblk+32(FP), CX
+	MOVQ flags+152(FP), AX
+	TESTQ $1, AX
+	JNZ x8_load
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
@@ -682,6 +783,28 @@ x8_row:
 	VPXORD Z22, Z22, Z22
 	VPXORD Z23, Z23, Z23
 	VPXORD Z24, Z24, Z24
+	JMP x8_pairs
+x8_load:
+	MOVQ DI, AX
+	SUBQ out+104(FP), AX
+	SHLQ $8, AX
+	ADDQ acc+144(FP), AX
+	VMOVUPS 0(AX), Z8
+	VMOVUPS 64(AX), Z9
+	VMOVUPS 128(AX), Z10
+	VMOVUPS 192(AX), Z11
+	VMOVUPS 256(AX), Z12
+	VMOVUPS 320(AX), Z13
+	VMOVUPS 384(AX), Z14
+	VMOVUPS 448(AX), Z15
+	VMOVUPS 512(AX), Z16
+	VMOVUPS 576(AX), Z17
+	VMOVUPS 640(AX), Z18
+	VMOVUPS 704(AX), Z19
+	VMOVUPS 768(AX), Z20
+	VMOVUPS 832(AX), Z22
+	VMOVUPS 896(AX), Z23
+	VMOVUPS 960(AX), Z24
 x8_pairs:
 	CMPQ CX, $2
 	JLT x8_one
@@ -883,6 +1006,32 @@ x8_one:
 	ADDQ $256, DX
 	ADDQ R9, R8
 x8_tail:
+	MOVQ flags+152(FP), AX
+	TESTQ $2, AX
+	JNZ x8_fin
+	// not the last chunk of the rows: keep the accumulators for the next chunk
+	MOVQ DI, AX
+	SUBQ out+104(FP), AX
+	SHLQ $8, AX
+	ADDQ acc+144(FP), AX
+	VMOVUPS Z8, 0(AX)
+	VMOVUPS Z9, 64(AX)
+	VMOVUPS Z10, 128(AX)
+	VMOVUPS Z11, 192(AX)
+	VMOVUPS Z12, 256(AX)
+	VMOVUPS Z13, 320(AX)
+	VMOVUPS Z14, 384(AX)
+	VMOVUPS Z15, 448(AX)
+	VMOVUPS Z16, 512(AX)
+	VMOVUPS Z17, 576(AX)
+	VMOVUPS Z18, 640(AX)
+	VMOVUPS Z19, 704(AX)
+	VMOVUPS Z20, 768(AX)
+	VMOVUPS Z22, 832(AX)
+	VMOVUPS Z23, 896(AX)
+	VMOVUPS Z24, 960(AX)
+	JMP x8_next
+x8_fin:
 	// a last block of tailw (< 32) words: zero-masked weight load (x is
 	// zero-padded), lane-masked accumulation
 	MOVQ tailw+40(FP), CX
@@ -1087,6 +1236,8 @@ x8_out:
 	VHADDPS X5, X5, X5
 	VHADDPS X5, X5, X5
 	VMOVSS X5, (AX)
+x8_next:
+	ADDQ wskip+160(FP), SI
 	ADDQ $4, DI
 	ADDQ R15, R11
 	ADDQ R15, R12
@@ -1098,8 +1249,8 @@ x_done:
 	VZEROUPPER
 	RET
 
-// func qmvRowsXL(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int)
-TEXT ·qmvRowsXL(SB), NOSPLIT, $0-144
+// func qmvRowsXL(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int, acc *float32, flags, wskip int)
+TEXT ·qmvRowsXL(SB), NOSPLIT, $0-168
 	MOVQ w+0(FP), SI
 	MOVQ s+48(FP), R11
 	MOVQ b+80(FP), R12
@@ -1156,8 +1307,19 @@ xl1_row:
 	MOVQ x+8(FP), DX
 	MOVQ R11, R8
 	MOVQ nblk+32(FP), CX
+	MOVQ flags+152(FP), AX
+	TESTQ $1, AX
+	JNZ xl1_load
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
+	JMP xl1_pairs
+xl1_load:
+	MOVQ DI, AX
+	SUBQ out+104(FP), AX
+	SHLQ $5, AX
+	ADDQ acc+144(FP), AX
+	VMOVUPS 0(AX), Z8
+	VMOVUPS 64(AX), Z9
 xl1_pairs:
 	CMPQ CX, $2
 	JLT xl1_one
@@ -1224,6 +1386,18 @@ xl1_one:
 	ADDQ $256, DX
 	ADDQ R9, R8
 xl1_tail:
+	MOVQ flags+152(FP), AX
+	TESTQ $2, AX
+	JNZ xl1_fin
+	// not the last chunk of the rows: keep the accumulators for the next chunk
+	MOVQ DI, AX
+	SUBQ out+104(FP), AX
+	SHLQ $5, AX
+	ADDQ acc+144(FP), AX
+	VMOVUPS Z8, 0(AX)
+	VMOVUPS Z9, 64(AX)
+	JMP xl1_next
+xl1_fin:
 	// a last block of tailw (< 32) words: zero-masked weight load (x is
 	// zero-padded), lane-masked accumulation
 	MOVQ tailw+40(FP), CX
@@ -1278,6 +1452,8 @@ xl1_out:
 	VHADDPS X5, X5, X5
 	VHADDPS X5, X5, X5
 	VMOVSS X5, (AX)
+xl1_next:
+	ADDQ wskip+160(FP), SI
 	ADDQ $4, DI
 	ADDQ R15, R11
 	ADDQ R15, R12
@@ -1290,10 +1466,23 @@ xl2_row:
 	MOVQ x+8(FP), DX
 	MOVQ R11, R8
 	MOVQ nblk+32(FP), CX
+	MOVQ flags+152(FP), AX
+	TESTQ $1, AX
+	JNZ xl2_load
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
 	VPXORD Z11, Z11, Z11
+	JMP xl2_pairs
+xl2_load:
+	MOVQ DI, AX
+	SUBQ out+104(FP), AX
+	SHLQ $6, AX
+	ADDQ acc+144(FP), AX
+	VMOVUPS 0(AX), Z8
+	VMOVUPS 64(AX), Z9
+	VMOVUPS 128(AX), Z10
+	VMOVUPS 192(AX), Z11
 xl2_pairs:
 	CMPQ CX, $2
 	JLT xl2_one
@@ -1393,6 +1582,20 @@ xl2_one:
 	ADDQ $256, DX
 	ADDQ R9, R8
 xl2_tail:
+	MOVQ flags+152(FP), AX
+	TESTQ $2, AX
+	JNZ xl2_fin
+	// not the last chunk of the rows: keep the accumulators for the next chunk
+	MOVQ DI, AX
+	SUBQ out+104(FP), AX
+	SHLQ $6, AX
+	ADDQ acc+144(FP), AX
+	VMOVUPS Z8, 0(AX)
+	VMOVUPS Z9, 64(AX)
+	VMOVUPS Z10, 128(AX)
+	VMOVUPS Z11, 192(AX)
+	JMP xl2_next
+xl2_fin:
 	// a last block of tailw (< 32) words: zero-masked weight load (x is
 	// zero-padded), lane-masked accumulation
 	MOVQ tailw+40(FP), CX
@@ -1473,6 +1676,8 @@ xl2_out:
 	VHADDPS X5, X5, X5
 	VHADDPS X5, X5, X5
 	VMOVSS X5, (AX)
+xl2_next:
+	ADDQ wskip+160(FP), SI
 	ADDQ $4, DI
 	ADDQ R15, R11
 	ADDQ R15, R12
@@ -1485,6 +1690,9 @@ xl4_row:
 	MOVQ x+8(FP), DX
 	MOVQ R11, R8
 	MOVQ nblk+32(FP), CX
+	MOVQ flags+152(FP), AX
+	TESTQ $1, AX
+	JNZ xl4_load
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
@@ -1493,6 +1701,20 @@ xl4_row:
 	VPXORD Z13, Z13, Z13
 	VPXORD Z14, Z14, Z14
 	VPXORD Z15, Z15, Z15
+	JMP xl4_pairs
+xl4_load:
+	MOVQ DI, AX
+	SUBQ out+104(FP), AX
+	SHLQ $7, AX
+	ADDQ acc+144(FP), AX
+	VMOVUPS 0(AX), Z8
+	VMOVUPS 64(AX), Z9
+	VMOVUPS 128(AX), Z10
+	VMOVUPS 192(AX), Z11
+	VMOVUPS 256(AX), Z12
+	VMOVUPS 320(AX), Z13
+	VMOVUPS 384(AX), Z14
+	VMOVUPS 448(AX), Z15
 xl4_pairs:
 	CMPQ CX, $2
 	JLT xl4_one
@@ -1658,6 +1880,24 @@ xl4_one:
 	ADDQ $256, DX
 	ADDQ R9, R8
 xl4_tail:
+	MOVQ flags+152(FP), AX
+	TESTQ $2, AX
+	JNZ xl4_fin
+	// not the last chunk of the rows: keep the accumulators for the next chunk
+	MOVQ DI, AX
+	SUBQ out+104(FP), AX
+	SHLQ $7, AX
+	ADDQ acc+144(FP), AX
+	VMOVUPS Z8, 0(AX)
+	VMOVUPS Z9, 64(AX)
+	VMOVUPS Z10, 128(AX)
+	VMOVUPS Z11, 192(AX)
+	VMOVUPS Z12, 256(AX)
+	VMOVUPS Z13, 320(AX)
+	VMOVUPS Z14, 384(AX)
+	VMOVUPS Z15, 448(AX)
+	JMP xl4_next
+xl4_fin:
 	// a last block of tailw (< 32) words: zero-masked weight load (x is
 	// zero-padded), lane-masked accumulation
 	MOVQ tailw+40(FP), CX
@@ -1790,6 +2030,8 @@ xl4_out:
 	VHADDPS X5, X5, X5
 	VHADDPS X5, X5, X5
 	VMOVSS X5, (AX)
+xl4_next:
+	ADDQ wskip+160(FP), SI
 	ADDQ $4, DI
 	ADDQ R15, R11
 	ADDQ R15, R12
@@ -1802,6 +2044,9 @@ xl8_row:
 	MOVQ x+8(FP), DX
 	MOVQ R11, R8
 	MOVQ nblk+32(FP), CX
+	MOVQ flags+152(FP), AX
+	TESTQ $1, AX
+	JNZ xl8_load
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
@@ -1818,6 +2063,28 @@ xl8_row:
 	VPXORD Z22, Z22, Z22
 	VPXORD Z23, Z23, Z23
 	VPXORD Z24, Z24, Z24
+	JMP xl8_pairs
+xl8_load:
+	MOVQ DI, AX
+	SUBQ out+104(FP), AX
+	SHLQ $8, AX
+	ADDQ acc+144(FP), AX
+	VMOVUPS 0(AX), Z8
+	VMOVUPS 64(AX), Z9
+	VMOVUPS 128(AX), Z10
+	VMOVUPS 192(AX), Z11
+	VMOVUPS 256(AX), Z12
+	VMOVUPS 320(AX), Z13
+	VMOVUPS 384(AX), Z14
+	VMOVUPS 448(AX), Z15
+	VMOVUPS 512(AX), Z16
+	VMOVUPS 576(AX), Z17
+	VMOVUPS 640(AX), Z18
+	VMOVUPS 704(AX), Z19
+	VMOVUPS 768(AX), Z20
+	VMOVUPS 832(AX), Z22
+	VMOVUPS 896(AX), Z23
+	VMOVUPS 960(AX), Z24
 xl8_pairs:
 	CMPQ CX, $2
 	JLT xl8_one
@@ -2115,6 +2382,32 @@ xl8_one:
 	ADDQ $256, DX
 	ADDQ R9, R8
 xl8_tail:
+	MOVQ flags+152(FP), AX
+	TESTQ $2, AX
+	JNZ xl8_fin
+	// not the last chunk of the rows: keep the accumulators for the next chunk
+	MOVQ DI, AX
+	SUBQ out+104(FP), AX
+	SHLQ $8, AX
+	ADDQ acc+144(FP), AX
+	VMOVUPS Z8, 0(AX)
+	VMOVUPS Z9, 64(AX)
+	VMOVUPS Z10, 128(AX)
+	VMOVUPS Z11, 192(AX)
+	VMOVUPS Z12, 256(AX)
+	VMOVUPS Z13, 320(AX)
+	VMOVUPS Z14, 384(AX)
+	VMOVUPS Z15, 448(AX)
+	VMOVUPS Z16, 512(AX)
+	VMOVUPS Z17, 576(AX)
+	VMOVUPS Z18, 640(AX)
+	VMOVUPS Z19, 704(AX)
+	VMOVUPS Z20, 768(AX)
+	VMOVUPS Z22, 832(AX)
+	VMOVUPS Z23, 896(AX)
+	VMOVUPS Z24, 960(AX)
+	JMP xl8_next
+xl8_fin:
 	// a last block of tailw (< 32) words: zero-masked weight load (x is
 	// zero-padded), lane-masked accumulation
 	MOVQ tailw+40(FP), CX
@@ -2351,6 +2644,8 @@ xl8_out:
 	VHADDPS X5, X5, X5
 	VHADDPS X5, X5, X5
 	VMOVSS X5, (AX)
+xl8_next:
+	ADDQ wskip+160(FP), SI
 	ADDQ $4, DI
 	ADDQ R15, R11
 	ADDQ R15, R12

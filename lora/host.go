@@ -744,7 +744,8 @@ func gathered(x, y, inds *tensor.Array, ds []*pair) *tensor.Array {
 // Expert implements model.ExpertBank: expert e over its rows x [n, in],
 // plus the selected adapters' expert-e residuals. Rows reach it grouped
 // by expert, out of their pass order, so only a selection that applies
-// the same pairs to every row can be honoured here.
+// the same pairs to every row can be honoured here (ExpertRows, which
+// SwitchGLU calls, is told each row's token).
 func (b *bank) Expert(e int, x *tensor.Array) *tensor.Array {
 	p := b.h.cur
 	if p == nil {
@@ -766,6 +767,65 @@ func (b *bank) Expert(e int, x *tensor.Array) *tensor.Array {
 	y := b.s.bank.Expert(e, x)
 	for _, d := range ds {
 		y = tensor.LowRank(y, x, d.experts[e].A, d.experts[e].B)
+	}
+	return sc.Keep(y)
+}
+
+// ExpertRows implements model.RowExpertBank: Expert for rows that are
+// the pass's tokens tokens[i], each adding the residuals of its own
+// token's set (the spans count tokens: the leading dims of the pass
+// flattened), one tensor.LowRankGather per stage of the sets, so rows
+// with different adapter sets share a floating-point bank's grouped pass
+// and each gets the bits of its pass alone.
+func (b *bank) ExpertRows(e int, x *tensor.Array, tokens []int32) *tensor.Array {
+	p := b.h.cur
+	if p == nil || len(p.sets) == 1 && p.sets[0].rows < 0 {
+		return b.Expert(e, x)
+	}
+	per := make([][]*pair, len(p.sets))
+	ends := make([]int, len(p.sets)) // each span's first token past it
+	stages, at := 0, 0
+	for i, r := range p.sets {
+		per[i] = b.s.deltas(r.set)
+		stages = max(stages, len(per[i]))
+		at += r.rows
+		ends[i] = at
+	}
+	if stages == 0 {
+		return b.s.bank.Expert(e, x)
+	}
+	if len(tokens) != x.Dim(0) {
+		panic(&tensor.Error{Op: "lora", Err: fmt.Errorf("%w: %d token indices for %d rows of expert %d at %s", tensor.ErrShape, len(tokens), x.Dim(0), e, b.s.path)})
+	}
+	span := make([]int, len(tokens))
+	for i, t := range tokens {
+		j, _ := slices.BinarySearch(ends, int(t)+1)
+		if t < 0 || j >= len(ends) {
+			panic(&tensor.Error{Op: "lora", Err: fmt.Errorf("%w: token %d of a pass whose spans cover %d tokens, at %s", tensor.ErrShape, t, at, b.s.path)})
+		}
+		span[i] = j
+	}
+	sc := tensor.NewScope()
+	defer sc.Close()
+	y := b.s.bank.Expert(e, x)
+	ids := make([]int, len(tokens))
+	for st := range stages {
+		var pairs []tensor.LowRankPair
+		index := map[*pair]int{}
+		for i, j := range span {
+			id := -1
+			if st < len(per[j]) {
+				d := per[j][st]
+				var ok bool
+				if id, ok = index[d]; !ok {
+					id = len(pairs)
+					index[d] = id
+					pairs = append(pairs, d.experts[e])
+				}
+			}
+			ids[i] = id
+		}
+		y = tensor.LowRankGather(y, x, pairs, ids)
 	}
 	return sc.Keep(y)
 }

@@ -107,8 +107,15 @@ func mlxLayout(t *testing.T, src string, quantize, dequantized bool) string {
 // of the sparse layers 0 and 2, rank 4, scale 1.5.
 func moeAdapters(t *testing.T) (mlx, peft string) {
 	t.Helper()
+	return moeAdaptersSeeded(t, 3)
+}
+
+// moeAdaptersSeeded is moeAdapters with its random values drawn from
+// seed.
+func moeAdaptersSeeded(t *testing.T, seed uint64) (mlx, peft string) {
+	t.Helper()
 	const E, r, D, I = 8, 4, 64, 32
-	rng := rand.New(rand.NewPCG(3, 4))
+	rng := rand.New(rand.NewPCG(seed, 4))
 	randn := func(n int) []float32 {
 		v := make([]float32, n)
 		for i := range v {
@@ -320,16 +327,18 @@ func TestFuse(t *testing.T) {
 }
 
 // TestSpans: rows of one pass with different adapter sets compute, bit
-// for bit on the CPU backend, what each computes in a pass of its own.
+// for bit on the CPU backend, what each computes in a pass of its own —
+// on dense layers, on quantized expert banks (gathered per row) and on
+// floating-point ones (rows grouped by expert, each told its token).
 func TestSpans(t *testing.T) {
-	for _, v := range []string{"llama3", "qwen3_moe"} {
+	for _, v := range []string{"llama3", "qwen3_moe", "qwen3_moe_float"} {
 		t.Run(v, func(t *testing.T) {
-			dir := fixture(v)
+			dir := fixture(strings.TrimSuffix(v, "_float"))
 			ads := []string{adapterDir("llama3", "a_peft"), adapterDir("llama3", "b_peft")}
-			if v == "qwen3_moe" {
-				dir = mlxLayout(t, dir, true, false) // quantized banks gather per row
-				mxa, _ := moeAdapters(t)
-				mxb, _ := moeAdapters(t)
+			if v != "llama3" {
+				dir = mlxLayout(t, dir, v == "qwen3_moe", false) // quantized banks gather per row, float ones group rows by expert
+				mxa, _ := moeAdaptersSeeded(t, 3)
+				mxb, _ := moeAdaptersSeeded(t, 5)
 				ads = []string{mxa, mxb}
 			}
 			m := open(t, dir, ads...)

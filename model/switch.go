@@ -26,6 +26,27 @@ type ExpertBank interface {
 	Len() int
 }
 
+// RowExpertBank is an ExpertBank that can be told, with each expert's
+// rows, which token of the pass each row is (the leading dims of
+// SwitchGLU's input flattened): a stand-in adding terms that differ from
+// token to token (LoRA adapters chosen per row of a batch) uses it to
+// give rows grouped by expert their own tokens' terms. SwitchGLU's
+// grouped path calls ExpertRows instead of Expert when a bank has it.
+type RowExpertBank interface {
+	ExpertBank
+	// ExpertRows is Expert for rows x [n, in] that are the tokens
+	// tokens[i] (len n) of the pass.
+	ExpertRows(e int, x *tensor.Array, tokens []int32) *tensor.Array
+}
+
+// expertRows runs expert e of b over x, the tokens given.
+func expertRows(b ExpertBank, e int, x *tensor.Array, tokens []int32) *tensor.Array {
+	if rb, ok := b.(RowExpertBank); ok {
+		return rb.ExpertRows(e, x, tokens)
+	}
+	return b.Expert(e, x)
+}
+
 // SwitchLinear is a bank of E expert matrices [E, out, in], plain or
 // affine-quantized, applied per token to the experts a router picked.
 type SwitchLinear struct {
@@ -245,8 +266,8 @@ func (s *SwitchGLU) grouped(x, inds *tensor.Array) *tensor.Array {
 		}
 		idx := int32s(x.Backend(), rows[e])
 		xe := tensor.Take(flat, idx, 0)
-		h := glu(s.Act, s.Gate.Expert(e, xe), s.Up.Expert(e, xe))
-		outs = append(outs, s.Down.Expert(e, h))
+		h := glu(s.Act, expertRows(s.Gate, e, xe, rows[e]), expertRows(s.Up, e, xe, rows[e]))
+		outs = append(outs, expertRows(s.Down, e, h, rows[e]))
 		for _, p := range slots[e] {
 			where[p] = int32(at)
 			at++

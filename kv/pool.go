@@ -406,6 +406,9 @@ func (lp *layerPool) grow(n int) {
 		keep(next...)
 	})
 	tensor.Free(lp.parts...)
+	if lp.nAlloc > 0 {
+		releaseCached(next[0].Backend())
+	}
 	lp.parts = next
 	for b := target - 1; b >= lp.nAlloc; b-- {
 		lp.free = append(lp.free, int32(b))
@@ -414,6 +417,17 @@ func (lp *layerPool) grow(n int) {
 	lp.entries = append(lp.entries, make([]*prefixEntry, add)...)
 	lp.lru.extend(add)
 	lp.nAlloc = target
+}
+
+// releaseCached hands the buffers a backend keeps for reuse back to the
+// system (a backend with a buffer cache, as MLX and the CPU backend have):
+// the storage a layer just outgrew would otherwise stay cached, unused —
+// the pool grows by doubling, so about as many bytes again as it holds —
+// while the memory it reports is only the new storage.
+func releaseCached(be tensor.Backend) {
+	if c, ok := be.(interface{ ClearCache() error }); ok {
+		_ = c.ClearCache()
+	}
 }
 
 // alloc returns a block held once by the caller. Callers reserve first.

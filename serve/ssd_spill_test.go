@@ -1,15 +1,18 @@
 package serve
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/model"
@@ -163,4 +166,63 @@ func TestSSDSpillAtEviction(t *testing.T) {
 		t.Errorf("restored from the spilled file: %q, computed: %q", warm, cold)
 	}
 	t.Logf("pool of %d blocks per layer; A's chain of %d tokens spilled at eviction; SSD %+v", cfg.KVBudgetBytes/per, len(chain), srv.Stats().SSD)
+}
+
+// TestSSDFlushedAtClose: Close (what SIGTERM calls) waits for the SSD
+// tier's queued writes: with a prompt's write held at the writer, Close
+// does not return until it is released, and once it returns the file is
+// in place and a restarted server restores the prompt from it.
+func TestSSDFlushedAtClose(t *testing.T) {
+	d := loadDemo(t)
+	cfg := d.config()
+	cfg.SSDCacheDir = t.TempDir()
+	cfg.SSDCacheMinTokens = 16
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	gate, started := make(chan struct{}), make(chan struct{}, ssdQueueJobs)
+	var open sync.Once
+	release := func() { open.Do(func() { close(gate) }) }
+	defer release()
+	srv.eng.lane.ssd.setSave(func(path string, j *ssdJob) error {
+		started <- struct{}{}
+		<-gate
+		return saveJob(path, j)
+	})
+	r := rand.New(rand.NewPCG(9, 9))
+	prompt := make([]int, 40)
+	for i := range prompt {
+		prompt[i] = 10 + r.IntN(d.tok.VocabSize()-10)
+	}
+	body := map[string]any{"prompt": prompt, "max_tokens": 4, "temperature": 0}
+	code, out := post(t, hs.URL+"/v1/completions", body)
+	if code != 200 {
+		t.Fatalf("completion: %d %v", code, out)
+	}
+	<-started
+	closed := make(chan struct{})
+	go func() { srv.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a write was still queued")
+	case <-time.After(time.Second): // (a Close that waits can never get here first)
+	}
+	release()
+	<-closed
+	if files, _ := filepath.Glob(filepath.Join(cfg.SSDCacheDir, "*"+ssdExt)); len(files) != 1 {
+		t.Fatalf("after Close the SSD cache holds %v", files)
+	}
+	hs.Close()
+	_, hs2 := startServer(t, cfg)
+	code, again := post(t, hs2.URL+"/v1/completions", body)
+	if code != 200 {
+		t.Fatalf("after the restart: %d %v", code, again)
+	}
+	u := again["usage"].(map[string]any)["prompt_tokens_details"].(map[string]any)
+	if u["cached_tokens"].(float64) != float64(len(prompt)-1) || fmt.Sprint(again["choices"]) != fmt.Sprint(out["choices"]) {
+		t.Errorf("after the restart: %v cached tokens, choices %v; before %v", u["cached_tokens"], again["choices"], out["choices"])
+	}
 }

@@ -1,0 +1,142 @@
+package serve
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/model"
+)
+
+// tinyLlamaConfig loads the llama3 fixture (full attention only, so a
+// row's blocks are its prompt plus max_tokens) and returns a config for
+// it and the bytes of one block of every layer at the default block size.
+func tinyLlamaConfig(t *testing.T) (func() Config, int) {
+	t.Helper()
+	dir, _ := fixtureDirs()
+	if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); err != nil {
+		t.Skip("the llama3 fixture model is absent (model/testdata/llama3/f32)")
+	}
+	lm, err := model.Load(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lm.Close() })
+	tok := charTokenizer(t)
+	config := func() Config {
+		return Config{Model: generate.Wrap(lm, lm.Info().Vocab), ModelID: "llama3-tiny", Tokenizer: tok, EOS: []int32{2},
+			ContextLength: 512, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	}
+	probe := config()
+	probe.KVBudgetBytes = 4 << 20
+	psrv, phs := startServer(t, probe)
+	pst := psrv.Stats().Batch
+	phs.Close()
+	psrv.Close()
+	return config, pst.KVBudgetBytes / (pst.Blocks.Capacity / lm.Info().Layers)
+}
+
+// TestBatchedLaneFIFOAdmission: admission is first come, first served and
+// never reordered. The KV budget holds 16 blocks of 16 tokens per layer:
+// A (20 + 200 tokens, 14 blocks) runs; B (the same size) cannot fit
+// beside it and waits; C (4 + 4 tokens, one block) would fit beside A but
+// arrived after B, so it waits too — it completes only after A has.
+// Every request completes.
+func TestBatchedLaneFIFOAdmission(t *testing.T) {
+	config, per := tinyLlamaConfig(t)
+	cfg := config()
+	cfg.KVBudgetBytes = 16 * per
+	srv, hs := startServer(t, cfg)
+	if c := srv.Stats().Batch.Blocks.Capacity / len(srv.eng.lane.pool.Stats().Layers); c != 16 {
+		t.Fatalf("the pool holds %d blocks per layer, the test needs 16", c)
+	}
+	ban := map[string]float64{"2": -100}
+	ids := func(n, base int) []int {
+		p := make([]int, n)
+		for i := range p {
+			p[i] = 3 + (base+7*i)%250
+		}
+		return p
+	}
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	run := func(name string, body map[string]any) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, out := post(t, hs.URL+"/v1/completions", body)
+			if code != 200 {
+				t.Errorf("%s: %d %v", name, code, out)
+			}
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+		}()
+	}
+	run("A", map[string]any{"prompt": ids(20, 1), "max_tokens": 200, "temperature": 0, "logit_bias": ban})
+	waitFor(t, "A to run", func() bool { return srv.Stats().Active == 1 })
+	run("B", map[string]any{"prompt": ids(20, 2), "max_tokens": 200, "temperature": 0, "logit_bias": ban})
+	waitFor(t, "B to wait for blocks", func() bool { return srv.Stats().Batch.PendingRows == 1 })
+	run("C", map[string]any{"prompt": ids(4, 3), "max_tokens": 4, "temperature": 0, "logit_bias": ban})
+	waitFor(t, "C to wait behind B", func() bool { return srv.Stats().Batch.PendingRows == 2 })
+	if st := srv.Stats(); st.Batch.ActiveRows != 1 || st.Completed != 0 {
+		t.Errorf("while A runs: %d rows running, %d completed", st.Batch.ActiveRows, st.Completed)
+	}
+	wg.Wait()
+	if len(order) != 3 || order[0] != "A" {
+		t.Errorf("completion order %v: C (or B) ran before A finished", order)
+	}
+}
+
+// TestBatchedLaneQueueFull: on the batched lane (two rows) the queue
+// bound still answers 429 with Retry-After: two long requests run, a
+// third waits in the queue of one, a fourth is refused; the queued one
+// runs once a row is free.
+func TestBatchedLaneQueueFull(t *testing.T) {
+	d := loadDemo(t)
+	cfg := d.config()
+	cfg.Batch, cfg.QueueSize = 2, 1
+	srv, hs := startServer(t, cfg)
+	var kills []func()
+	for range 2 {
+		resp, kill := openStream(t, hs.URL, longBody(d, 4000))
+		defer resp.Body.Close()
+		kills = append(kills, kill)
+	}
+	defer func() {
+		for _, k := range kills {
+			k()
+		}
+	}()
+	waitFor(t, "two rows running", func() bool { return srv.Stats().Active == 2 })
+	queued := make(chan int, 1)
+	go func() {
+		code, _ := post(t, hs.URL+"/v1/completions", map[string]any{"prompt": []int{2, 3, 4}, "max_tokens": 3})
+		queued <- code
+	}()
+	waitFor(t, "a third request queued", func() bool { return srv.Stats().QueueDepth == 1 })
+	raw, _ := json.Marshal(map[string]any{"prompt": []int{2, 3}, "max_tokens": 3})
+	resp, err := http.Post(hs.URL+"/v1/completions", "application/json", bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("full queue on the batched lane: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	kills[0]()
+	if code := <-queued; code != 200 {
+		t.Errorf("the queued request, once a row was free: %d", code)
+	}
+	if st := srv.Stats(); st.Rejected != 1 || st.Lane != "batched" {
+		t.Errorf("stats %+v", st)
+	}
+}

@@ -155,7 +155,7 @@ func (l *lrOperands) productA(t, xs []float32, m, kp, rp int) {
 	ad := l.a.buf.data
 	zero := uintptr(unsafe.Pointer(&gemvZeros[0]))
 	// enough work per task to outweigh handing it out
-	grain := max(1, (1<<16)/max(1, mc*16*min(kc, l.in)))
+	grain := max(1, (1<<14)/max(1, mc*16*min(kc, l.in)))
 	parallelFor(tasks, grain, func(lo, hi int) {
 		var wr [16]uintptr
 		for task := lo; task < hi; task++ {
@@ -172,7 +172,7 @@ func (l *lrOperands) productA(t, xs []float32, m, kp, rp int) {
 					for k := range 4 {
 						clear(part[(task+k)*stride : (task+k)*stride+nr*16])
 					}
-					lrBT4(&part[task*stride], 4*stride, &xs[r0*kp+p0], 4*kp, 4*kc, col, l.r*es, kc*l.r*es, kc, kind, nr, nv)
+					lrBT4(&part[task*stride], 4*stride, &xs[r0*kp+p0], 4*kp, 4*kc, col, l.r*es, kc*l.r*es, kc, kind, nr, nv, 16*l.r*es)
 					task += 3
 					continue
 				}
@@ -274,7 +274,7 @@ func (l *lrOperands) productBT(yf, t []float32, rows []int, rp int) {
 	bd := l.b.buf.data
 	quads := out / 64
 	units := quads + (out-quads*64+15)/16
-	grain := max(1, (1<<15)/max(1, m*64*r))
+	grain := max(1, (1<<13)/max(1, m*64*r))
 	parallelFor(units, grain, func(lo, hi int) {
 		accb := lrScratch.get(m * 64)
 		defer lrScratch.put(accb)
@@ -289,7 +289,7 @@ func (l *lrOperands) productBT(yf, t []float32, rows []int, rp int) {
 						copy(acc[(c*m+s)*16:(c*m+s)*16+16], yf[i*out+j0+c*16:])
 					}
 				}
-				lrBT4(&acc[0], m*64, &t[0], 4*rp, 0, unsafe.Pointer(&bd[(l.b.off+j0)*es]), out*es, 16*es, r, kind, m, 16)
+				lrBT4(&acc[0], m*64, &t[0], 4*rp, 0, unsafe.Pointer(&bd[(l.b.off+j0)*es]), out*es, 16*es, r, kind, m, 16, 2*64*es)
 				for s, i := range rows {
 					for c := range 4 {
 						copy(yf[i*out+j0+c*16:i*out+j0+c*16+16], acc[(c*m+s)*16:])

@@ -60,7 +60,7 @@ lb_done:
 	VZEROUPPER
 	RET
 
-// func lrBT4(acc *float32, accstep int, t *float32, ldt int, tstep int, bt unsafe.Pointer, ldb int, bstep int, r int, kind int, nx int, nv int)
+// func lrBT4(acc *float32, accstep int, t *float32, ldt int, tstep int, bt unsafe.Pointer, ldb int, bstep int, r int, kind int, nx int, nv int, pf int)
 //
 // lrBT16's chains four at a time, interleaved so that each waits on
 // another's latency rather than its own: chain c (0..3) of row i runs
@@ -68,8 +68,10 @@ lb_done:
 // j, where acc[c, i] is at acc + c·accstep + i·64 bytes, t_c[i, q] at t +
 // c·tstep + i·ldt + 4q and B_c[q] at bt + c·bstep + q·ldb (kind as
 // lrBT16's). Each sum is one FMA chain in q order starting from acc's
-// value, exactly as lrBT16 computes it alone.
-TEXT ·lrBT4(SB), NOSPLIT, $0-96
+// value, exactly as lrBT16 computes it alone. Each step also prefetches
+// what each chain's B row pointer will reach pf bytes on (the caller's
+// guess at what it reads next; only hints).
+TEXT ·lrBT4(SB), NOSPLIT, $0-104
 	MOVQ acc+0(FP), DI
 	MOVQ accstep+8(FP), R15
 	MOVQ t+16(FP), SI
@@ -89,6 +91,7 @@ TEXT ·lrBT4(SB), NOSPLIT, $0-96
 lq_row:
 	TESTQ R13, R13
 	JZ   lq_done
+	MOVQ accstep+8(FP), R15
 	VMOVUPS.Z (DI), K1, Z16
 	VMOVUPS.Z (DI)(R15*1), K1, Z17
 	VMOVUPS.Z (DI)(R15*2), K1, Z18
@@ -96,7 +99,9 @@ lq_row:
 	ADDQ R15, R11
 	VMOVUPS.Z (R11), K1, Z19
 	MOVQ bt+40(FP), R8 // B row q of chain 0
-	MOVQ SI, DX        // t[i, q] of chain 0
+	MOVQ R8, R15
+	ADDQ pf+96(FP), R15 // what the prefetches touch
+	MOVQ SI, DX         // t[i, q] of chain 0
 	MOVQ r+64(FP), R11
 lq_q:
 	TESTQ R11, R11
@@ -134,6 +139,11 @@ lq_half:
 	VCVTPH2PS Y2, Z2
 	VCVTPH2PS Y3, Z3
 lq_fma:
+	PREFETCHT0 (R15)
+	PREFETCHT0 (R15)(R14*1)
+	PREFETCHT0 (R15)(R14*2)
+	PREFETCHT0 (R15)(R9*1)
+	ADDQ R10, R15
 	VFMADD231PS.BCST (DX), Z0, Z16
 	VFMADD231PS.BCST (DX)(BX*1), Z1, Z17
 	VFMADD231PS.BCST (DX)(BX*2), Z2, Z18
@@ -143,6 +153,7 @@ lq_fma:
 	DECQ R11
 	JMP  lq_q
 lq_store:
+	MOVQ accstep+8(FP), R15
 	VMOVUPS Z16, K1, (DI)
 	VMOVUPS Z17, K1, (DI)(R15*1)
 	VMOVUPS Z18, K1, (DI)(R15*2)

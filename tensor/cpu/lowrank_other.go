@@ -8,7 +8,7 @@ func lrBT16(acc *float32, t *float32, ldt int, bt unsafe.Pointer, ldb int, r int
 	panic("unreachable")
 }
 
-func lrBT4(acc *float32, accstep int, t *float32, ldt int, tstep int, bt unsafe.Pointer, ldb int, bstep int, r int, kind int, nx int, nv int) {
+func lrBT4(acc *float32, accstep int, t *float32, ldt int, tstep int, bt unsafe.Pointer, ldb int, bstep int, r int, kind int, nx int, nv int, pf int) {
 	panic("unreachable")
 }
 

@@ -140,3 +140,62 @@ func TestBatchedLaneQueueFull(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+// TestBatchedLaneStreamsPerToken: streams on the batched lane are not
+// bunched: three concurrent streaming chats (logprobs on, 24 tokens each,
+// EOS banned) get their tokens one chunk at a time — every token in a
+// chunk of its own but where the detokenizer held back an incomplete
+// character (at most a tenth of them here) — and the usage chunk names
+// the batched lane.
+func TestBatchedLaneStreamsPerToken(t *testing.T) {
+	d := loadDemo(t)
+	_, hs := startServer(t, d.config())
+	const clients, n = 3, 24
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := longBody(d, n)
+			body["messages"] = []any{map[string]any{"role": "user", "content": "Tell me a story about ship " + string(rune('A'+i)) + "."}}
+			body["logprobs"] = true
+			body["stream_options"] = map[string]any{"include_usage": true}
+			_, evs := streamChat(t, hs.URL, body)
+			tokens, single, lane := 0, 0, ""
+			for _, e := range evs {
+				if e == "[DONE]" {
+					continue
+				}
+				var c struct {
+					Choices []struct {
+						Logprobs *struct {
+							Content []json.RawMessage `json:"content"`
+						} `json:"logprobs"`
+					} `json:"choices"`
+					Usage *struct {
+						Lane string `json:"lane"`
+					} `json:"usage"`
+				}
+				if err := json.Unmarshal([]byte(e), &c); err != nil {
+					t.Errorf("chunk %q: %v", e, err)
+					continue
+				}
+				if c.Usage != nil {
+					lane = c.Usage.Lane
+				}
+				for _, ch := range c.Choices {
+					if ch.Logprobs != nil {
+						tokens += len(ch.Logprobs.Content)
+						if len(ch.Logprobs.Content) == 1 {
+							single++
+						}
+					}
+				}
+			}
+			if tokens != n || single < n*9/10 || lane != "batched" {
+				t.Errorf("stream %d: %d tokens, %d of them alone in a chunk, lane %q", i, tokens, single, lane)
+			}
+		}()
+	}
+	wg.Wait()
+}

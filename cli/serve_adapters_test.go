@@ -2,11 +2,15 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 )
@@ -32,8 +36,10 @@ func charTokenizerJSON() []byte {
 // TestServeAdapters runs `mlxgo serve --adapter A --adapter B` on the
 // llama3 fixture (with a character tokenizer): both are mounted as their
 // folders' names and listed, a request naming none gets both stacked,
-// "none" the base model, an unknown id 400. An adapter that does not fit
-// the model stops the server from starting, naming the module.
+// "none" the base model, an unknown id 400; requests sent at once with
+// different adapter values (one batch) each get the ids of `mlxgo generate
+// --adapter-path` run alone with the same adapters. An adapter that does
+// not fit the model stops the server from starting, naming the module.
 func TestServeAdapters(t *testing.T) {
 	fixture := filepath.Join("..", "model", "testdata", "llama3", "f32")
 	ads := filepath.Join("..", "lora", "testdata", "llama3")
@@ -106,6 +112,69 @@ func TestServeAdapters(t *testing.T) {
 	if c, out := complete("zzz"); c != 400 {
 		t.Errorf("unknown adapter: %d %s, want 400", c, out)
 	}
+	// at once, one batch of rows with different sets, each against the
+	// CLI's solo run: the prompt as token ids, the reply's characters
+	// read back as ids (token i is the character i, or U+0100+i)
+	prompt := []int{72, 101, 108, 108, 111, 32, 116, 104, 101, 114, 101}
+	ps := make([]string, len(prompt))
+	for i, id := range prompt {
+		ps[i] = strconv.Itoa(id)
+	}
+	sets := map[string][]string{"a_peft": {"a"}, "b_peft": {"b"}, "b_peft+a_peft": {"b", "a"}, "none": nil}
+	solo := map[string][]int{}
+	for spec, set := range sets {
+		args := []string{"generate", "--json", "--temp", "0", "--backend", "cpu", "--model", dir, "--prompt-ids", strings.Join(ps, ","), "--max-tokens", "8"}
+		for _, w := range set {
+			args = append(args, "--adapter-path", filepath.Join(ads, w+"_peft"))
+		}
+		code, out, errs := run(t, args...)
+		var res struct {
+			IDs []int `json:"ids"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &res) != nil {
+			t.Fatalf("generate %v: exit %d: %s %s", args, code, out, errs)
+		}
+		solo[spec] = res.IDs
+	}
+	if slices.Equal(solo["a_peft"], solo["b_peft"]) || slices.Equal(solo["a_peft"], solo["none"]) {
+		t.Fatalf("the adapters do not change the CLI's greedy ids (%v): the test cannot tell them apart", solo)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for spec := range sets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"prompt":[%s],"temperature":0,"max_tokens":8,"adapter":%q}`, strings.Join(ps, ","), spec)
+			resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			raw, _ := io.ReadAll(resp.Body)
+			var out struct {
+				Choices []struct{ Text string } `json:"choices"`
+			}
+			if resp.StatusCode != 200 || json.Unmarshal(raw, &out) != nil || len(out.Choices) == 0 {
+				t.Errorf("%s: %d %s", spec, resp.StatusCode, raw)
+				return
+			}
+			var ids []int
+			for _, r := range out.Choices[0].Text {
+				if r >= 0x100 {
+					r -= 0x100
+				}
+				ids = append(ids, int(r))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(ids, solo[spec]) {
+				t.Errorf("adapter %q beside the others: ids %v, the CLI alone %v", spec, ids, solo[spec])
+			}
+		}()
+	}
+	wg.Wait()
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	_ = cmd.Wait()
 }

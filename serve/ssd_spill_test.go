@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -224,5 +225,87 @@ func TestSSDFlushedAtClose(t *testing.T) {
 	u := again["usage"].(map[string]any)["prompt_tokens_details"].(map[string]any)
 	if u["cached_tokens"].(float64) != float64(len(prompt)-1) || fmt.Sprint(again["choices"]) != fmt.Sprint(out["choices"]) {
 		t.Errorf("after the restart: %v cached tokens, choices %v; before %v", u["cached_tokens"], again["choices"], out["choices"])
+	}
+}
+
+// TestSSDCacheCapAndVerify: the tier keeps under --ssd-cache-max by
+// removing its least recently used files (five 48-token prompts under a
+// cap of about two and a half files: the last two stay, on disk and in
+// the index), and --ssd-cache-verify checks every file at start: one with
+// a flipped byte is quarantined before any request, the other served.
+func TestSSDCacheCapAndVerify(t *testing.T) {
+	config, _ := tinyLlamaConfig(t)
+	cfg := config()
+	cfg.SSDCacheDir = t.TempDir()
+	cfg.SSDCacheMinTokens = 32
+	r := rand.New(rand.NewPCG(11, 12))
+	var prompts [][]int
+	for range 5 {
+		p := make([]int, 49)
+		for i := range p {
+			p[i] = 3 + r.IntN(250)
+		}
+		prompts = append(prompts, p)
+	}
+	ask := func(url string, p []int) float64 {
+		t.Helper()
+		code, out := post(t, url+"/v1/completions", map[string]any{"prompt": p, "max_tokens": 2, "temperature": 0})
+		if code != 200 {
+			t.Fatalf("completion: %d %v", code, out)
+		}
+		return out["usage"].(map[string]any)["prompt_tokens_details"].(map[string]any)["cached_tokens"].(float64)
+	}
+	flush := func(url string) {
+		t.Helper()
+		resp, err := http.Post(url+"/admin/cache/flush", "application/json", strings.NewReader("{}"))
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("flush: %v %v", resp, err)
+		}
+		resp.Body.Close()
+	}
+	// one file's size, from a first server
+	srv0, hs0 := startServer(t, cfg)
+	ask(hs0.URL, prompts[0])
+	flush(hs0.URL)
+	size := srv0.Stats().SSD.Bytes
+	hs0.Close()
+	srv0.Close()
+	if size <= 0 {
+		t.Fatal("no file written")
+	}
+	cfg.SSDCacheMaxBytes = size * 5 / 2
+	srv, hs := startServer(t, cfg)
+	for _, p := range prompts[1:] {
+		ask(hs.URL, p)
+		flush(hs.URL)
+	}
+	st := srv.Stats().SSD
+	files, _ := filepath.Glob(filepath.Join(cfg.SSDCacheDir, "*"+ssdExt))
+	if st.Entries != 2 || len(files) != 2 || st.Evicted != 3 || st.Bytes > cfg.SSDCacheMaxBytes {
+		t.Fatalf("under a cap of %d bytes: %+v, files %v", cfg.SSDCacheMaxBytes, st, files)
+	}
+	hs.Close()
+	srv.Close()
+	raw, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[len(raw)/2] ^= 0x01
+	if err := os.WriteFile(files[0], raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.SSDCacheVerify = true
+	srv2, hs2 := startServer(t, cfg)
+	if st := srv2.Stats().SSD; st.Quarantined != 1 || st.Entries != 1 {
+		t.Fatalf("verified at start: %+v", st)
+	}
+	hits := 0
+	for _, p := range prompts[3:] { // the two kept: one quarantined, one served
+		if ask(hs2.URL, p) == 48 {
+			hits++
+		}
+	}
+	if hits != 1 || srv2.Stats().SSD.Hits != 1 {
+		t.Errorf("%d of the two kept prompts restored; SSD %+v", hits, srv2.Stats().SSD)
 	}
 }

@@ -366,11 +366,11 @@ func (t *ssdTier) drop(e *ssdEntry) {
 }
 
 // covered reports whether a file of key, written or queued, already
-// holds tokens: one with exactly these tokens, or, where leading tokens
-// restore on their own, one that starts with them (the caller holds mu).
-func (t *ssdTier) covered(key string, tokens []int32) bool {
+// holds tokens: one with exactly these tokens, or, with longer, one that
+// starts with them (the caller holds mu).
+func (t *ssdTier) covered(key string, tokens []int32, longer bool) bool {
 	has := func(k string, toks []int32) bool {
-		return k == key && (len(toks) == len(tokens) || t.partial && len(toks) > len(tokens)) && slices.Equal(toks[:len(tokens)], tokens)
+		return k == key && (len(toks) == len(tokens) || longer && len(toks) > len(tokens)) && slices.Equal(toks[:len(tokens)], tokens)
 	}
 	for _, e := range t.entries {
 		if has(e.key, e.tokens) {
@@ -421,7 +421,7 @@ func (t *ssdTier) snapshot(ns string, tokens []int32, caches []kv.Cache) {
 		}
 	}
 	t.mu.Lock()
-	if t.covered(key, tokens) {
+	if t.covered(key, tokens, t.partial) { // (a longer file serves a prompt only where it trims)
 		t.mu.Unlock()
 		return
 	}
@@ -456,7 +456,8 @@ func (t *ssdTier) snapshot(ns string, tokens []int32, caches []kv.Cache) {
 
 // spill is the pool's OnEvict hook (on the engine goroutine, inside the
 // write that needs the blocks): an evicted prefix of at least the tier's
-// minimum, in a persistent namespace and not already in a file, is copied
+// minimum, in a persistent namespace and not already in a file (nor the
+// start of one), is copied
 // out of the pool and queued for the writer goroutine, so that a later
 // request (or a restarted server) restores it instead of recomputing it.
 func (t *ssdTier) spill(ev *kv.Evicted) {
@@ -468,7 +469,11 @@ func (t *ssdTier) spill(ev *kv.Evicted) {
 	tokens := ev.Tokens()
 	j := &ssdJob{name: t.fileName(key, tokens), key: key, tokens: tokens, bytes: int64(ev.Bytes()), spill: true}
 	t.mu.Lock()
-	if t.covered(key, tokens) {
+	// a file holding a longer chain covers this one: the rest of a chain
+	// whose tail was written goes unwritten (where caches do not trim, a
+	// prompt that shares only this part is not served from that file —
+	// the price of writing each chain once, not once per evicted block)
+	if t.covered(key, tokens, true) {
 		t.mu.Unlock()
 		return
 	}

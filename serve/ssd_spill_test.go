@@ -309,3 +309,72 @@ func TestSSDCacheCapAndVerify(t *testing.T) {
 		t.Errorf("%d of the two kept prompts restored; SSD %+v", hits, srv2.Stats().SSD)
 	}
 }
+
+// TestSSDSpillOncePerChain: on a model with sliding-window layers (the
+// demo model; files restore only whole there) a chain the pool evicts
+// block by block is written once, at its first eviction: what is left of
+// it each later eviction starts that file and is not written again. A's
+// 40-token prompt is snapshotted (39 tokens) and its 96-token chain
+// (prompt and answer, whole blocks) spilled; later prompts evict all of
+// A's blocks; of the files starting A's tokens there are exactly those
+// two.
+func TestSSDSpillOncePerChain(t *testing.T) {
+	d := loadDemo(t)
+	probe := d.config()
+	probe.KVBudgetBytes = 4 << 20
+	psrv, phs := startServer(t, probe)
+	pst := psrv.Stats().Batch
+	phs.Close()
+	psrv.Close()
+	layers := len(psrv.eng.lane.pool.Stats().Layers)
+	per := pst.KVBudgetBytes / (pst.Blocks.Capacity / layers)
+	cfg := d.config()
+	cfg.SSDCacheDir = t.TempDir()
+	cfg.SSDCacheMinTokens = 32
+	cfg.KVBudgetBytes = per * 16
+	srv, hs := startServer(t, cfg)
+	r := rand.New(rand.NewPCG(13, 14))
+	bias := map[string]float64{}
+	for _, id := range d.eos {
+		bias[fmt.Sprint(id)] = -100
+	}
+	ask := func(n, gen int) []int32 {
+		t.Helper()
+		p := make([]int, n)
+		for i := range p {
+			p[i] = 10 + r.IntN(d.tok.VocabSize()-10)
+		}
+		code, out := post(t, hs.URL+"/v1/completions", map[string]any{"prompt": p, "max_tokens": gen, "temperature": 0, "logit_bias": bias})
+		if code != 200 {
+			t.Fatalf("completion: %d %v", code, out)
+		}
+		return toI32(p)
+	}
+	a := ask(40, 61)
+	for range 6 {
+		ask(40, 61)
+	}
+	resp, err := hs.Client().Post(hs.URL+"/admin/cache/flush", "application/json", strings.NewReader("{}"))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("flush: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if held := srv.eng.lane.pool.CachedPrefix(a); !raceEnabled && held != 0 { // (the engine goroutine is idle)
+		t.Fatalf("the pool still holds %d tokens of A: the test needs them evicted", held)
+	}
+	tier := srv.eng.lane.ssd
+	tier.mu.Lock()
+	var lens []int
+	for _, e := range tier.entries {
+		if len(e.tokens) >= 32 && slices.Equal(e.tokens[:32], a[:32]) {
+			lens = append(lens, len(e.tokens))
+		}
+	}
+	st := tier.stats
+	tier.mu.Unlock()
+	slices.Sort(lens)
+	if !slices.Equal(lens, []int{39, 96}) {
+		t.Errorf("files starting with A's tokens: lengths %v, want the snapshot's 39 and the chain's 96 (SSD %+v)", lens, st)
+	}
+	t.Logf("pool of 16 blocks per layer; SSD %+v", st)
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -198,4 +199,64 @@ func TestBatchedLaneStreamsPerToken(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestBatchedLaneMultiTurnReuse: a conversation's next turn re-prefills
+// only what is new, also while another row runs: turn 1 (50 prompt
+// tokens, 20 generated) leaves its whole blocks in the pool; turn 2 — the
+// same prompt, the answer and 10 new tokens — arrives while a long
+// stream decodes beside it and takes every whole block turn 1's caches
+// were fed (64 of its 80 tokens) from the pool, answering what the serial
+// lane (no cache) answers.
+func TestBatchedLaneMultiTurnReuse(t *testing.T) {
+	config, _ := tinyLlamaConfig(t)
+	srv, hs := startServer(t, config())
+	serial := config()
+	serial.Batch, serial.PromptCacheBytes = 1, -1
+	_, hsSerial := startServer(t, serial)
+	tok := charTokenizer(t)
+	ban := map[string]float64{"2": -100}
+	ids := func(n, base int) []int {
+		p := make([]int, n)
+		for i := range p {
+			p[i] = 3 + (base*31+7*i)%250
+		}
+		return p
+	}
+	ask := func(url string, p []int, gen int) (string, float64) {
+		t.Helper()
+		code, out := post(t, url+"/v1/completions", map[string]any{"prompt": p, "max_tokens": gen, "temperature": 0, "logit_bias": ban})
+		if code != 200 {
+			t.Fatalf("completion: %d %v", code, out)
+		}
+		return out["choices"].([]any)[0].(map[string]any)["text"].(string), out["usage"].(map[string]any)["prompt_tokens_details"].(map[string]any)["cached_tokens"].(float64)
+	}
+	turn1 := ids(50, 1)
+	answer, _ := ask(hs.URL, turn1, 20)
+	genIDs := tok.Encode(answer, false)
+	if len(genIDs) != 20 {
+		t.Fatalf("the answer re-encodes to %d tokens", len(genIDs))
+	}
+	turn2 := append(append(slices.Clone(turn1), genIDs...), ids(10, 2)...)
+	// a long row decoding beside the second turn
+	long := make(chan struct{})
+	go func() {
+		defer close(long)
+		code, _ := post(t, hs.URL+"/v1/completions", map[string]any{"prompt": ids(30, 3), "max_tokens": 400, "temperature": 0, "logit_bias": ban})
+		if code != 200 {
+			t.Errorf("the long request: %d", code)
+		}
+	}()
+	waitFor(t, "the long row to run", func() bool { return srv.Stats().Batch.ActiveRows == 1 })
+	got, cached := ask(hs.URL, turn2, 12)
+	if st := srv.Stats().Batch; st.ActiveRows != 1 {
+		t.Logf("(the long row was not running at the end of the second turn: %d rows)", st.ActiveRows)
+	}
+	if want := (50 + 19) / 16 * 16; cached != float64(want) {
+		t.Errorf("the second turn took %v cached tokens, want %d (every whole block turn 1 was fed)", cached, want)
+	}
+	if want, _ := ask(hsSerial.URL, turn2, 12); got != want {
+		t.Errorf("the second turn: %q, serial lane %q", got, want)
+	}
+	<-long
 }

@@ -260,3 +260,41 @@ func TestBatchedLaneMultiTurnReuse(t *testing.T) {
 	}
 	<-long
 }
+
+// TestStatsBatchFields: GET /stats names the batched lane's fields as the
+// issue lists them (batch: configured, active_rows, pending_rows,
+// kv_bytes, kv_budget_bytes, blocks, and token_budget), with the values
+// the lane runs under.
+func TestStatsBatchFields(t *testing.T) {
+	d := loadDemo(t)
+	cfg := d.config()
+	cfg.Batch, cfg.TokenBudget = 3, 40
+	_, hs := startServer(t, cfg)
+	if code, out := post(t, hs.URL+"/v1/completions", map[string]any{"prompt": []int{2, 3, 4}, "max_tokens": 2}); code != 200 {
+		t.Fatalf("completion: %d %v", code, out)
+	}
+	resp, err := http.Get(hs.URL + "/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Lane  string                     `json:"lane"`
+		Batch map[string]json.RawMessage `json:"batch"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"configured", "active_rows", "pending_rows", "kv_bytes", "kv_budget_bytes", "blocks", "token_budget"} {
+		if _, ok := st.Batch[k]; !ok {
+			t.Errorf("/stats.batch has no %q: %v", k, st.Batch)
+		}
+	}
+	if st.Lane != "batched" || string(st.Batch["configured"]) != "3" || string(st.Batch["token_budget"]) != "40" {
+		t.Errorf("/stats: lane %q, batch %v", st.Lane, st.Batch)
+	}
+	var blocks map[string]int
+	if json.Unmarshal(st.Batch["blocks"], &blocks) != nil || blocks["capacity"] == 0 || blocks["peak"] == 0 {
+		t.Errorf("/stats.batch.blocks %s", st.Batch["blocks"])
+	}
+}

@@ -72,7 +72,8 @@ func TestBatchedLaneEqualsSerial(t *testing.T) {
 
 // TestBatchedLaneOverBudget: a request that could never fit the KV
 // budget is refused at once with 400 context_over_budget naming the
-// numbers; one that fits runs.
+// numbers (its tokens, prompt and max_tokens, the blocks it needs, the
+// blocks a layer holds); one that fits runs.
 func TestBatchedLaneOverBudget(t *testing.T) {
 	d := loadDemo(t)
 	cfg := d.config()
@@ -80,7 +81,7 @@ func TestBatchedLaneOverBudget(t *testing.T) {
 	_, hs := startServer(t, cfg)
 	code, out := post(t, hs.URL+"/v1/completions", map[string]any{"prompt": []int{2, 3, 4, 5, 6, 7}, "max_tokens": 10})
 	e, _ := out["error"].(map[string]any)
-	if code != 400 || e["code"] != "context_over_budget" || !strings.Contains(fmt.Sprint(e["message"]), "tokens of KV") {
+	if code != 400 || e["code"] != "context_over_budget" || !strings.Contains(fmt.Sprint(e["message"]), "needs 16 tokens of KV (prompt 6 + max_tokens 10): 2 blocks of 8 in a layer that holds 1 ") {
 		t.Errorf("over budget: %d %v", code, out)
 	}
 	code, out = post(t, hs.URL+"/v1/completions", map[string]any{"prompt": []int{2, 3, 4}, "max_tokens": 3})

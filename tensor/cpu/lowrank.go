@@ -155,7 +155,7 @@ func (l *lrOperands) productA(t, xs []float32, m, kp, rp int) {
 	ad := l.a.buf.data
 	zero := uintptr(unsafe.Pointer(&gemvZeros[0]))
 	// enough work per task to outweigh handing it out
-	grain := max(1, (1<<14)/max(1, mc*16*min(kc, l.in)))
+	grain := max(1, (1<<16)/max(1, mc*16*min(kc, l.in)))
 	parallelFor(tasks, grain, func(lo, hi int) {
 		var wr [16]uintptr
 		for task := lo; task < hi; task++ {
@@ -274,7 +274,7 @@ func (l *lrOperands) productBT(yf, t []float32, rows []int, rp int) {
 	bd := l.b.buf.data
 	quads := out / 64
 	units := quads + (out-quads*64+15)/16
-	grain := max(1, (1<<13)/max(1, m*64*r))
+	grain := max(1, (1<<15)/max(1, m*64*r))
 	parallelFor(units, grain, func(lo, hi int) {
 		accb := lrScratch.get(m * 64)
 		defer lrScratch.put(accb)

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/kv"
@@ -130,6 +131,9 @@ type ssdTier struct {
 	queue     chan *ssdJob
 	writerEnd chan struct{}
 	save      func(path string, j *ssdJob) error // saveJob; tests stand in
+	// drops not yet logged, and when the last line was
+	unlogged    int
+	lastDropLog time.Time
 }
 
 // ssdEntry is one file of the tier.
@@ -457,9 +461,9 @@ func (t *ssdTier) snapshot(ns string, tokens []int32, caches []kv.Cache) {
 // spill is the pool's OnEvict hook (on the engine goroutine, inside the
 // write that needs the blocks): an evicted prefix of at least the tier's
 // minimum, in a persistent namespace and not already in a file (nor the
-// start of one), is copied
-// out of the pool and queued for the writer goroutine, so that a later
-// request (or a restarted server) restores it instead of recomputing it.
+// start of one), is copied out of the pool and queued for the writer
+// goroutine, so that a later request (or a restarted server) restores it
+// instead of recomputing it.
 func (t *ssdTier) spill(ev *kv.Evicted) {
 	ns := ev.Namespace()
 	if ev.Len() < t.minTokens || !lora.Persistent(ns) {
@@ -493,9 +497,21 @@ func (t *ssdTier) spill(ev *kv.Evicted) {
 	t.queue <- j
 }
 
-// dropped logs a write given up because the queue was full.
+// dropped logs a write given up because the queue was full: at most one
+// line a second, counting the writes dropped since the last one (a slow
+// disk under heavy eviction would otherwise log every evicted block).
 func (t *ssdTier) dropped(j *ssdJob) {
-	t.log.Warn("SSD cache: write queue full, prefix not written", "tokens", len(j.tokens), "bytes", j.bytes)
+	t.mu.Lock()
+	t.unlogged++
+	now := time.Now()
+	if now.Sub(t.lastDropLog) < time.Second {
+		t.mu.Unlock()
+		return
+	}
+	n := t.unlogged
+	t.unlogged, t.lastDropLog = 0, now
+	t.mu.Unlock()
+	t.log.Warn("SSD cache: write queue full, prefix not written", "tokens", len(j.tokens), "bytes", j.bytes, "dropped", n)
 }
 
 // abandon frees a reserved job that will not be written.

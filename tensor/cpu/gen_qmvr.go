@@ -16,6 +16,8 @@ var (
 	rs   = []int{1, 2, 4, 8}
 )
 
+const args2 = args + ", ldw int"
+
 const args = "w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int, acc *float32, flags, wskip int"
 
 // rowdot is one x row's block dot into Z5 (x at AX, residuals at AX+R10).
@@ -77,6 +79,139 @@ func groups(r int, a0 []int, masked bool) string {
 		}
 	}
 	return s
+}
+
+// The two-row kernels (qmvRows2X, qmvRows2XL) run weight rows in pairs, w0
+// at SI and w1 one row (ldw bytes) on: each x vector is loaded once into a
+// register and dotted with both rows' codes, halving the x reads per
+// product, which bound the one-row kernels at several x rows. Per weight
+// row and x row the operations and their order are the one-row kernels'
+// (the same chain into Z5 for w0 and Z4 for w1, the same even/odd
+// accumulators, tail, bias terms and sum), so a row's bits do not depend
+// on which kernel ran it. x rows per pass: 1, 2 or 4 (qmvT uses 4).
+var (
+	rs2 = []int{1, 2, 4}
+	// per x row: w0's ACC0, ACC1, then w1's
+	p0a0 = []int{8, 9, 10, 11}
+	p0a1 = []int{12, 13, 14, 15}
+	p1a0 = []int{16, 17, 18, 19}
+	p1a1 = []int{20, 21, 22, 23}
+)
+
+// dpRR emits VDPBF16PS zmm(m), zmm(v), zmm(r), any registers.
+func dpRR(r, v, m int) string { return fmt.Sprintf("\tDPBFRR(%d, %d, %d)\n", r, v, m) }
+
+// rows2 runs every x row of a pass against both decoded blocks; fma(i)
+// accumulates row i's dots (Z5 for w0, Z4 for w1).
+func rows2(r int, lo bool, fma func(i int) string) string {
+	s := "\tMOVQ DX, AX\n"
+	for i := range r {
+		s += "\tVPXORD Z5, Z5, Z5\n\tVPXORD Z4, Z4, Z4\n"
+		for j := range 4 {
+			x := 28 + j%2
+			s += fmt.Sprintf("\tVMOVDQU64 %d(AX), Z%d\n", 64*j, x) + dpRR(5, j, x) + dpRR(4, 24+j, x)
+		}
+		if lo {
+			for j := range 4 {
+				x := 28 + j%2
+				s += fmt.Sprintf("\tVMOVDQU64 %d(AX)(R10*1), Z%d\n", 64*j, x) + dpRR(5, j, x) + dpRR(4, 24+j, x)
+			}
+		}
+		s += fma(i)
+		if i+1 < r {
+			s += "\tADDQ ldx+24(FP), AX\n"
+		}
+	}
+	return s
+}
+
+const decode2 = "\tCODES4X\n\tCODES4XP\n\tVPERMPS (R8), Z30, Z6\n\tVPERMPS (R8)(R15*1), Z30, Z7\n"
+
+func block2(lo bool, r int, a, b []int) string {
+	s := "\tVMOVDQU64 (SI), Z0\n\tVMOVDQU8.Z 1(SI), K4, Z2\n\tVMOVDQU64 (SI)(BX*1), Z24\n\tVMOVDQU8.Z 1(SI)(BX*1), K4, Z26\n" + decode2
+	return s + rows2(r, lo, func(i int) string {
+		return fmt.Sprintf("\tVFMADD231PS Z6, Z5, Z%d\n\tVFMADD231PS Z7, Z4, Z%d\n", a[i], b[i])
+	})
+}
+
+// accPtr2 is accPtr for the pair at DI (w1's accumulators r·128 bytes on).
+func accPtr2(r int) string { return accPtr(r) }
+
+func genPair(w func(string), name string, lo bool) {
+	fn := "qmvRows2" + name
+	l := "p" + strings.ToLower(name)
+	w(fmt.Sprintf("// func %s(%s)\nTEXT ·%s(SB), NOSPLIT, $0-176\n", fn, args2, fn))
+	w(prologue)
+	for _, r := range rs2 {
+		w(fmt.Sprintf("\tCMPQ AX, $%d\n\tJEQ %s_r%d\n", r, l, r))
+	}
+	w(fmt.Sprintf("\tJMP %s_done\n", l))
+	for _, r := range rs2 {
+		p := fmt.Sprintf("%s%d", l, r)
+		a0, a1, b0, b1 := p0a0[:r], p0a1[:r], p1a0[:r], p1a1[:r]
+		all := [][]int{a0, a1, b0, b1}
+		w(fmt.Sprintf("\n%s_r%d:\n%s_row:\n", l, r, p))
+		w("\tMOVQ x+8(FP), DX\n\tMOVQ R11, R8\n\tMOVQ nblk+32(FP), CX\n\tMOVQ ldw+168(FP), BX\n")
+		w(fmt.Sprintf("\tMOVQ flags+152(FP), AX\n\tTESTQ $%d, AX\n\tJNZ %s_load\n", qmvLoad, p))
+		for _, set := range all {
+			for _, z := range set {
+				w(fmt.Sprintf("\tVPXORD Z%d, Z%d, Z%d\n", z, z, z))
+			}
+		}
+		w(fmt.Sprintf("\tJMP %s_pairs\n%s_load:\n", p, p) + accPtr2(r))
+		for i := range r {
+			w(fmt.Sprintf("\tVMOVUPS %d(AX), Z%d\n\tVMOVUPS %d(AX), Z%d\n", 128*i, a0[i], 128*i+64, a1[i]))
+			w(fmt.Sprintf("\tVMOVUPS %d(AX), Z%d\n\tVMOVUPS %d(AX), Z%d\n", 128*(r+i), b0[i], 128*(r+i)+64, b1[i]))
+		}
+		w(fmt.Sprintf("%s_pairs:\n\tCMPQ CX, $2\n\tJLT %s_one\n", p, p))
+		pf := "\tPREFETCHT1 (SI)(R14*1)\n\tPREFETCHT1 64(SI)(R14*1)\n\tLEAQ (SI)(BX*1), AX\n\tPREFETCHT1 (AX)(R14*1)\n\tPREFETCHT1 64(AX)(R14*1)\n"
+		w(pf)
+		w(block2(lo, r, a0, b0) + step)
+		w(block2(lo, r, a1, b1) + step)
+		w(fmt.Sprintf("\tSUBQ $2, CX\n\tJMP %s_pairs\n%s_one:\n\tTESTQ CX, CX\n\tJZ %s_tail\n", p, p, p))
+		w("\tPREFETCHT1 (SI)(R14*1)\n\tLEAQ (SI)(BX*1), AX\n\tPREFETCHT1 (AX)(R14*1)\n")
+		w(block2(lo, r, a0, b0) + step)
+		w(fmt.Sprintf("%s_tail:\n\tMOVQ flags+152(FP), AX\n\tTESTQ $%d, AX\n\tJNZ %s_fin\n", p, qmvFinish, p))
+		w("\t// not the last chunk of the rows: keep the accumulators for the next chunk\n" + accPtr2(r))
+		for i := range r {
+			w(fmt.Sprintf("\tVMOVUPS Z%d, %d(AX)\n\tVMOVUPS Z%d, %d(AX)\n", a0[i], 128*i, a1[i], 128*i+64))
+			w(fmt.Sprintf("\tVMOVUPS Z%d, %d(AX)\n\tVMOVUPS Z%d, %d(AX)\n", b0[i], 128*(r+i), b1[i], 128*(r+i)+64))
+		}
+		w(fmt.Sprintf("\tJMP %s_next\n%s_fin:\n", p, p))
+		w(fmt.Sprintf("\tMOVQ tailw+40(FP), CX\n\tTESTQ CX, CX\n\tJZ %s_groups\n", p))
+		w("\tVMOVDQU16.Z (SI), K1, Z0\n\tVMOVDQU8.Z 1(SI), K5, Z2\n\tVMOVDQU16.Z (SI)(BX*1), K1, Z24\n\tVMOVDQU8.Z 1(SI)(BX*1), K5, Z26\n" + decode2)
+		w(rows2(r, lo, func(i int) string {
+			return fmt.Sprintf("\tVFMADD231PS Z6, Z5, K2, Z%d\n\tVFMADD231PS Z7, Z4, K2, Z%d\n", a1[i], b1[i])
+		}))
+		w("\tLEAQ (SI)(CX*2), SI\n")
+		// bias terms and sums: w0, then w1 (its biases R15 bytes on, its
+		// outputs 4 bytes on)
+		for k, acc := range [][2][]int{{a0, a1}, {b0, b1}} {
+			q := fmt.Sprintf("%s_w%d", p, k)
+			if k == 1 {
+				w("\tADDQ R15, R12\n")
+			}
+			w(fmt.Sprintf("%s_groups%s:\n", p, map[int]string{0: "", 1: "1"}[k]))
+			w(fmt.Sprintf("\tXORQ BX, BX\n\tMOVQ ng+56(FP), CX\n%s_g:\n\tCMPQ CX, $16\n\tJLT %s_gtail\n", q, q))
+			w(groups(r, acc[0], false))
+			w(fmt.Sprintf("\tADDQ $64, BX\n\tSUBQ $16, CX\n\tJMP %s_g\n%s_gtail:\n\tTESTQ CX, CX\n\tJZ %s_out\n", q, q, q))
+			w(groups(r, acc[0], true))
+			w(fmt.Sprintf("%s_out:\n\tMOVQ DI, AX\n", q))
+			if k == 1 {
+				w("\tADDQ $4, AX\n\tSUBQ R15, R12\n")
+			}
+			for i := range r {
+				w(fmt.Sprintf("\tVADDPS Z%d, Z%d, Z%d\n", acc[1][i], acc[0][i], acc[0][i]))
+				w(hsum(acc[0][i]))
+				if i+1 < r {
+					w("\tADDQ ldo+112(FP), AX\n")
+				}
+			}
+		}
+		w(fmt.Sprintf("%s_next:\n\tADDQ wskip+160(FP), SI\n\tADDQ ldw+168(FP), SI\n", p))
+		w(fmt.Sprintf("\tADDQ $8, DI\n\tLEAQ (R11)(R15*2), R11\n\tLEAQ (R12)(R15*2), R12\n\tSUBQ $2, R13\n\tJNZ %s_row\n\tJMP %s_done\n", p, l))
+	}
+	w(fmt.Sprintf("\n%s_done:\n\tVZEROUPPER\n\tRET\n\n", l))
 }
 
 func main() {
@@ -144,6 +279,8 @@ func main() {
 		}
 		w(fmt.Sprintf("\n%s_done:\n\tVZEROUPPER\n\tRET\n\n", l))
 	}
+	genPair(w, "X", false)
+	genPair(w, "XL", true)
 	out := strings.TrimRight(o.String(), "\n") + "\n"
 	if err := os.WriteFile("qmvr_amd64.s", []byte(out), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -211,6 +348,26 @@ const header = `// Code generated by gen_qmvr.go; DO NOT EDIT.
 	BYTE $(0x44 | (r&7)<<3) \
 	BYTE $0x10 \
 	BYTE $(n)
+
+// DPBFRR(r, v, m) emits VDPBF16PS zmm(m), zmm(v), zmm(r) (r += pairwise
+// products of zmm(v) and zmm(m)), any of the 32 registers.
+#define DPBFRR(r, v, m) \
+	BYTE $0x62 \
+	BYTE $(0x02 | (1-((r>>3)&1))<<7 | (1-((m>>4)&1))<<6 | (1-((m>>3)&1))<<5 | (1-((r>>4)&1))<<4) \
+	BYTE $(((15-(v&15))<<3) | 0x06) \
+	BYTE $(0x40 | (1-((v>>4)&1))<<3) \
+	BYTE $0x52 \
+	BYTE $(0xC0 | (r&7)<<3 | (m&7))
+
+// CODES4XP is CODES4X for the second row's block: W in Z24, W' in Z26,
+// codes into Z24..Z27.
+#define CODES4XP \
+	VPSRLW $4, Z24, Z25 \
+	VPSRLW $4, Z26, Z27 \
+	VPERMW Z31, Z24, Z24 \
+	VPERMW Z31, Z25, Z25 \
+	VPERMW Z31, Z26, Z26 \
+	VPERMW Z31, Z27, Z27
 
 // CODES4X turns the block's words W (Z0) and W' (Z2) into the bfloat16
 // codes of nibbles 0..3 in Z0..Z3: VPERMW reads the low 5 bits of each

@@ -50,6 +50,28 @@ const qmvPrefetchBytes = 16 << 10
 // smallest share of rows a worker takes.
 const qmvRowBlock = 64
 
+// qmvPairsOn sends passes of 4 x rows through the two-row kernels
+// (qmvRows2X: weight rows in pairs); off, every pass takes the one-row
+// kernels (passes of up to 8) — the same bits either way. Measured
+// (BenchmarkQMatmulSmallM, CPU time): 8 x rows as two passes of 4 pairs
+// run 1.0–1.1× (K = 2048) and 1.3–1.6× (K = 8192) one pass of 8 one-row;
+// a single x row runs 0.65–0.7× as fast in pairs and two rows gain
+// nothing, so passes of 1 and 2 stay one-row.
+var qmvPairsOn = true
+
+// qmvPassRows is the x rows of the next pass when left remain: 8, 4, 2 or
+// 1 (at most 4 with the two-row kernels).
+func qmvPassRows(left int) int {
+	nx := 8
+	if qmvPairsOn {
+		nx = 4
+	}
+	for nx > left {
+		nx /= 2
+	}
+	return nx
+}
+
 // qmvChunkXBytes bounds the x bytes a pass of x rows reads per weight row
 // (the x rows' share of L1 while a block of weight rows streams past
 // them): longer rows run in chunks of half as many bytes (qmvChunk).
@@ -190,10 +212,11 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 	}
 	// a row without residuals gives the same bits through XL (its
 	// residuals are zeros, adding exact zeros to its chains)
-	kern, loOff := qmvRowsX, 0
+	kern, kern2, loOff := qmvRowsX, qmvRows2X, 0
 	if anyLo {
-		kern, loOff = qmvRowsXL, 2*nhi
+		kern, kern2, loOff = qmvRowsXL, qmvRows2XL, 2*nhi
 	}
+	hi_ := hi
 	sidx := &qmvLaneGroup[bits.TrailingZeros(uint(kgs))-5]
 	sblk := 128 / kgs * 4
 	pfd := max(qmvPrefetchBytes/bpr, 1) * bpr
@@ -219,32 +242,48 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 				w.rowScales(sv, bv, b0, b1)
 			}
 			for m0 := 0; m0 < rows; {
-				nx := 8
-				for nx > rows-m0 {
-					nx /= 2
+				nx := qmvPassRows(rows - m0)
+				// the weight rows in pairs through the two-row kernel (x rows
+				// read once for both), an odd last row through the one-row one
+				even := 0
+				if nx == 4 && qmvPairsOn {
+					even = (b1 - b0) &^ 1
 				}
-				cb := qmvChunk(nx, nb, anyLo)
-				if cb >= nblk {
-					kern(&wb[b0*bpr], &hi[m0*ldx], loOff, 2*ldx, nblk, tailw, &sv[0], kng, sblk,
-						&sidx[0], &bv[0], &gsum[m0*kng], 4*kng, &out[m0*n+b0], 4*n, b1-b0, pfd, nx, nil, qmvAccFinish, 0)
-					m0 += nx
-					continue
+				run := func(lo, hi int, two bool) {
+					k1, k2 := kern, kern2
+					cb := qmvChunk(nx, nb, anyLo)
+					spb := 128 / kgs // scales per block
+					// chunks of cb blocks (the last one takes the rest and the
+					// tail), accumulators carried in acc; each chunk prefetches
+					// the next one of the same rows, the last one the first
+					// chunk of the next block of rows
+					for c0 := 0; c0 < nblk || c0 == 0; c0 += cb {
+						nc, flags, skip, pf := cb, 0, bpr-64*cb, 64*cb
+						if c0 > 0 {
+							flags |= qmvAccLoad
+						}
+						if c0+cb >= nblk {
+							nc, flags, skip, pf = nblk-c0, flags|qmvAccFinish, 64*c0, (b1-b0)*bpr-64*c0
+						}
+						if cb >= nblk {
+							pf = pfd
+						}
+						wp, xp, sp := &wb[lo*bpr+64*c0], &hi_[m0*ldx+128*c0], &sv[(lo-b0)*kng+spb*c0]
+						bp, op := &bv[(lo-b0)*kng], &out[m0*n+lo]
+						if two {
+							k2(wp, xp, loOff, 2*ldx, nc, tailw, sp, kng, sblk, &sidx[0], bp, &gsum[m0*kng], 4*kng,
+								op, 4*n, hi-lo, pf, nx, &(*ab)[0], flags, skip, bpr)
+						} else {
+							k1(wp, xp, loOff, 2*ldx, nc, tailw, sp, kng, sblk, &sidx[0], bp, &gsum[m0*kng], 4*kng,
+								op, 4*n, hi-lo, pf, nx, &(*ab)[0], flags, skip)
+						}
+					}
 				}
-				// chunks of cb blocks (the last one takes the rest and the tail),
-				// accumulators carried in acc; each chunk prefetches the next
-				// one of the same rows, the last one the first chunk of the
-				// next block of rows
-				spb := 128 / kgs // scales per block
-				for c0 := 0; c0 < nblk; c0 += cb {
-					nc, flags, skip, pf := cb, 0, bpr-64*cb, 64*cb
-					if c0 > 0 {
-						flags |= qmvAccLoad
-					}
-					if c0+cb >= nblk {
-						nc, flags, skip, pf = nblk-c0, flags|qmvAccFinish, 64*c0, (b1-b0)*bpr-64*c0
-					}
-					kern(&wb[b0*bpr+64*c0], &hi[m0*ldx+128*c0], loOff, 2*ldx, nc, tailw, &sv[spb*c0], kng, sblk,
-						&sidx[0], &bv[0], &gsum[m0*kng], 4*kng, &out[m0*n+b0], 4*n, b1-b0, pf, nx, &(*ab)[0], flags, skip)
+				if even > 0 {
+					run(b0, b0+even, true)
+				}
+				if b0+even < b1 {
+					run(b0+even, b1, false)
 				}
 				m0 += nx
 			}

@@ -38,3 +38,13 @@ func qmvRowsX(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk
 
 //go:noescape
 func qmvRowsXL(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int, acc *float32, flags, wskip int)
+
+// qmvRows2X and qmvRows2XL are qmvRowsX and qmvRowsXL for an even number
+// of weight rows taken in pairs (the second ldw bytes after the first),
+// 1, 2 or 4 x rows per pass, each row's result the same bits.
+//
+//go:noescape
+func qmvRows2X(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int, acc *float32, flags, wskip, ldw int)
+
+//go:noescape
+func qmvRows2XL(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int, acc *float32, flags, wskip, ldw int)

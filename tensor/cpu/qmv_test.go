@@ -143,7 +143,8 @@ func checkQMV(t *testing.T, r *rand.Rand, bits, gs, k, n, m int, dt tensor.DType
 }
 
 // TestQMVChunkedSameBits: running rows in chunks of blocks with the
-// accumulators carried through memory gives the bits of whole-row calls,
+// accumulators carried through memory, and weight rows in pairs through
+// the two-row kernels, gives the bits of whole-row one-row-kernel calls,
 // for 4- and 8-bit codes, every group size, bfloat16 and float16 x (one
 // and two layouts), odd and even block counts with and without a partial
 // last block, row blocks past qmvRowBlock and every pass size.
@@ -151,12 +152,12 @@ func TestQMVChunkedSameBits(t *testing.T) {
 	if !hasAVX512 || !hasBF16 {
 		t.Skip("no AVX512_BF16")
 	}
-	defer func(xb int) { qmvChunkXBytes = xb }(qmvChunkXBytes)
+	defer func(xb int, pairs bool) { qmvChunkXBytes, qmvPairsOn = xb, pairs }(qmvChunkXBytes, qmvPairsOn)
 	live := tensor.LiveArrays()
 	r := rand.New(rand.NewPCG(21, 22))
 	// the kernel's float32 results (before any rounding to x's dtype)
-	run := func(x, wq, sc, bi *tensor.Array, gs, bits, m, n, xb int) []float32 {
-		qmvChunkXBytes = xb
+	run := func(x, wq, sc, bi *tensor.Array, gs, bits, m, n, xb int, pairs bool) []float32 {
+		qmvChunkXBytes, qmvPairsOn = xb, pairs
 		var raw []uint16
 		if x.DType() == tensor.BFloat16 {
 			raw = u16s(x.Bytes())
@@ -171,24 +172,28 @@ func TestQMVChunkedSameBits(t *testing.T) {
 	for _, bits := range []int{4, 8} {
 		for _, gs := range []int{32, 64, 128} {
 			for _, dt := range []tensor.DType{tensor.BFloat16, tensor.Float16} {
-				for _, k := range []int{768, 1152, 1280, 2048 + 64} {
+				for _, k := range []int{64, 768, 1152, 1280, 2048 + 64} {
 					if k%gs != 0 {
 						continue
 					}
 					c++
-					m := []int{1, 3, 8, 11, 19}[c%5]
-					n := 67 + c%5
+					m := []int{1, 3, 8, 11, 19, 6}[c%6]
+					n := 66 + c%5
 					s := tensor.NewScope()
 					w := tensor.FromFloat32(randF32(r, n*k), []int{n, k}, dt)
 					wq, sc, bi := tensor.Quantize(w, gs, bits)
 					x := tensor.FromFloat32(randF32(r, m*k), []int{m, k}, dt)
-					want := run(x, wq, sc, bi, gs, bits, m, n, 1<<30)
-					for _, xb := range []int{1, 3 * 2048, 5000} {
-						got := run(x, wq, sc, bi, gs, bits, m, n, xb)
+					want := run(x, wq, sc, bi, gs, bits, m, n, 1<<30, false)
+					for _, cfg := range []struct {
+						xb    int
+						pairs bool
+					}{{1, false}, {3 * 2048, false}, {5000, false}, {1 << 30, true}, {1, true}, {3000, true}} {
+						xb := cfg.xb
+						got := run(x, wq, sc, bi, gs, bits, m, n, xb, cfg.pairs)
 						for i := range want {
 							if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-								t.Fatalf("b%d/g%d/%s/k%d/m%d/n%d chunk bytes %d: out[%d] = %v, whole rows %v",
-									bits, gs, dt, k, m, n, xb, i, got[i], want[i])
+								t.Fatalf("b%d/g%d/%s/k%d/m%d/n%d chunk bytes %d pairs %v: out[%d] = %v, whole rows %v",
+									bits, gs, dt, k, m, n, xb, cfg.pairs, i, got[i], want[i])
 							}
 						}
 					}

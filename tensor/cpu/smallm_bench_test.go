@@ -15,7 +15,11 @@ import (
 // scales and biases read once per product, whatever the row count, so it
 // stays flat while a product costs one read of the weights; rowGB/s
 // multiplies it by the rows (the weight bytes the rows would read one at
-// a time).
+// a time), and GB/cpu-s divides by this process's CPU time instead (the
+// figure to compare on a machine shared with other work). Kernels: z the
+// float32-x AVX-512 one (qmvZ), t1 the bfloat16 one-row kernels over whole
+// rows, t the default (two-row kernels for passes of 4 x rows, long rows
+// in chunks).
 func BenchmarkQMatmulSmallM(b *testing.B) {
 	for _, bits := range []int{4, 8} {
 		for _, s := range [][2]int{{8192, 2048}, {2048, 8192}} {
@@ -32,20 +36,30 @@ func BenchmarkQMatmulSmallM(b *testing.B) {
 				}
 			}
 			for _, m := range []int{1, 2, 4, 8, 16} {
-				for _, kern := range []string{"z", "t"} {
+				for _, kern := range []string{"z", "t1", "t"} {
 					b.Run(fmt.Sprintf("b%d_N%d_K%d_rows%d_%s", bits, n, k, m, kern), func(b *testing.B) {
-						qmvzOn, qmvTFirstOn = kern == "z", kern == "t"
-						defer func() { qmvzOn, qmvTFirstOn = true, true }()
+						defer func(xb int) {
+							qmvzOn, qmvTFirstOn, qmvPairsOn, qmvChunkXBytes = true, true, true, xb
+						}(qmvChunkXBytes)
+						qmvzOn, qmvTFirstOn = kern == "z", kern != "z"
+						if kern == "t1" { // one-row kernels over whole rows
+							qmvPairsOn, qmvChunkXBytes = false, 1<<30
+						}
 						x := tensor.FromFloat32(randF32(r, m*k), []int{m, k}, tensor.BFloat16)
 						defer x.Free()
+						c0 := processCPU()
 						for b.Loop() {
 							for _, l := range layers {
 								tensor.QuantizedMatmul(x, l[0], l[1], l[2], true, 64, bits).Free()
 							}
 						}
-						gbs := bytes * float64(b.N*len(layers)) / b.Elapsed().Seconds() / 1e9
-						b.ReportMetric(gbs, "GB/s")
-						b.ReportMetric(gbs*float64(m), "rowGB/s")
+						cpu := processCPU() - c0
+						gb := bytes * float64(b.N*len(layers)) / 1e9
+						b.ReportMetric(gb/b.Elapsed().Seconds(), "GB/s")
+						b.ReportMetric(gb/b.Elapsed().Seconds()*float64(m), "rowGB/s")
+						if cpu > 0 {
+							b.ReportMetric(gb/cpu.Seconds(), "GB/cpu-s")
+						}
 					})
 				}
 			}

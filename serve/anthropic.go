@@ -434,6 +434,16 @@ func (s *Server) streamMessages(w http.ResponseWriter, r *http.Request, pl *plan
 			continue
 		}
 		if ev.done.err != nil {
+			if ev.done.reason != "" { // a row cut off at shutdown: the message ends, then the error says why
+				if closeBlock() != nil {
+					return
+				}
+				md := messageDeltaEvent{Type: "message_delta", Usage: messagesUsage(*ev.done)}
+				md.Delta.StopReason = stopReason(*ev.done, calls > 0)
+				if out.send("message_delta", md) != nil {
+					return
+				}
+			}
 			_ = out.send("error", newAnthropicError("api_error", scrubPaths(genError(ev.done.err).message)))
 			return
 		}

@@ -2,8 +2,10 @@ package serve
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -181,5 +183,67 @@ func TestBatchedLaneChoices(t *testing.T) {
 	}
 	if st := srv.Stats(); st.CachedTokens == 0 || st.Batch.Blocks.Peak == 0 {
 		t.Errorf("the later choices did not start from the first one's blocks: %+v", st)
+	}
+}
+
+// TestBatchedLaneShutdownOtherStreams: a /v1/completions stream and an
+// Anthropic /v1/messages stream cut off at shutdown end properly too: the
+// completion with a finish_reason "length" chunk, an error chunk and
+// [DONE]; the message with its open block stopped, a message_delta whose
+// stop_reason is max_tokens, then an error event.
+func TestBatchedLaneShutdownOtherStreams(t *testing.T) {
+	d := loadDemo(t)
+	cfg := d.config()
+	cfg.Batch, cfg.ShutdownTimeout = 2, 300*time.Millisecond
+	cfg.EOS = nil // (the messages request cannot ban EOS: no end token, so both run until cut off)
+	srv, hs := startServer(t, cfg)
+	bias := map[string]float64{}
+	for _, id := range d.eos {
+		bias[fmt.Sprint(id)] = -100
+	}
+	open := func(path string, body map[string]any) *bufio.Reader {
+		raw, _ := json.Marshal(body)
+		resp, err := http.Post(hs.URL+path, "application/json", bytes.NewReader(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: status %d", path, resp.StatusCode)
+		}
+		return bufio.NewReader(resp.Body)
+	}
+	comp := open("/v1/completions", map[string]any{"prompt": "Call me Ishmael.", "max_tokens": 3000, "temperature": 0, "logit_bias": bias, "stream": true})
+	msg := open("/v1/messages", map[string]any{"model": cfg.ModelID, "messages": []any{map[string]any{"role": "user", "content": "Tell me a long story."}},
+		"max_tokens": 3000, "temperature": 0, "stream": true})
+	waitFor(t, "two rows running", func() bool { return srv.Stats().Active == 2 })
+	go srv.Close()
+	readAll := func(br *bufio.Reader) (events, data []string) {
+		var ev string
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			line = strings.TrimSpace(line)
+			if e, ok := strings.CutPrefix(line, "event: "); ok {
+				ev = e
+			}
+			if dd, ok := strings.CutPrefix(line, "data: "); ok {
+				events, data = append(events, ev), append(data, dd)
+				ev = ""
+			}
+		}
+	}
+	_, cd := readAll(comp)
+	n := len(cd)
+	if n < 3 || cd[n-1] != "[DONE]" || !strings.Contains(cd[n-2], "shutting down") || !strings.Contains(cd[n-3], `"finish_reason":"length"`) {
+		t.Errorf("the completions stream ended with %q", cd[max(0, n-3):])
+	}
+	me, md := readAll(msg)
+	n = len(me)
+	if n < 3 || me[n-1] != "error" || !strings.Contains(md[n-1], "shutting down") || me[n-2] != "message_delta" ||
+		!strings.Contains(md[n-2], `"stop_reason":"max_tokens"`) || me[n-3] != "content_block_stop" {
+		t.Errorf("the messages stream ended with %q %q", me[max(0, n-3):], md[max(0, n-3):])
 	}
 }

@@ -6,12 +6,36 @@
 // /v1/embeddings, GET and DELETE /v1/responses/{id}, GET /v1/models (in
 // Anthropic's shape for Anthropic clients), /v1/models/{id}, /health,
 // /stats and /metrics, as a drop-in for
-// mlx_lm.server. One engine goroutine owns the model and runs requests one
-// at a time from a bounded FIFO queue (429 with Retry-After when it is
-// full); a request's context is the generation's, so a client that leaves
-// cancels its generation within one step. The engine keeps a
+// mlx_lm.server. One engine goroutine owns the model and takes requests
+// from a bounded FIFO queue (429 with Retry-After when it is full); a
+// request's context is the generation's, so a client that leaves cancels
+// its generation within one step.
+//
+// With Config.Batch above 1 (the default, DefaultBatch) the engine runs
+// the batched lane: one generate.Batch over a paged KV pool (kv.Pool)
+// sized by KVBudgetBytes, which requests join at the next step and leave
+// when done, each forward pass taking at most TokenBudget tokens (every
+// decoding row's next token, then chunks of joining prompts). Admission
+// reserves a row's blocks for its prompt plus max_tokens, first come
+// first served: a request that does not fit yet waits (never overtaken),
+// one that never could is a 400 context_over_budget naming the numbers,
+// and a running row is never evicted. The pool is also the prompt cache:
+// finished rows leave their whole blocks for later requests sharing a
+// prefix (a chat's next turn, a shared system prompt, the choices of
+// n > 1), evicted least recently used when the pool needs room. With
+// SSDCacheDir the cached KV also goes to disk (ssdTier): each long
+// prompt once prefilled and each prefix the pool evicts, copied out on
+// the engine goroutine and written by a writer goroutine from a bounded
+// queue, then restored on a hit, also by a restarted server; files carry
+// the model's cache key and the adapters' namespace and are checksummed,
+// a bad one quarantined. Close (SIGTERM in mlxgo serve) answers queued
+// requests 503, lets running rows go on for ShutdownTimeout, ends each
+// stream that is still open with a finish and an error, and waits for the
+// SSD writes. /stats.batch and /stats.ssd_cache report the lane; usage
+// names the lane (serial or batched) of each response. Batch 1 is the
+// serial lane: one request at a time through generate.Generate with a
 // generate.PromptCache, so the next turn of a chat prefills only what is
-// new, and usage reports the cached tokens.
+// new. Usage reports the cached tokens on either lane.
 //
 // Text flows token → streaming detokenizer → stop-string matcher (which
 // holds back partial characters and possible stop-string prefixes) in
@@ -32,7 +56,8 @@
 // enforced by a grammar over the model family's call syntax: a call of
 // an allowed tool whose arguments are valid against its schema
 // (grammar.TaggedSchemaGrammar); parallel_tool_calls false keeps one.
-// n > 1 runs the choices one after another (not through generate.Batch).
+// n > 1 runs the choices as rows of the batch on the batched lane, one
+// after another on the serial lane.
 //
 // POST /v1/responses is OpenAI's Responses API over the chat route's
 // machinery: input (a string, or message, function_call,

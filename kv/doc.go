@@ -34,5 +34,9 @@
 // sequence its caches, laid out as LayerSpecs says a model's MakeCaches
 // lays out its contiguous ones. Blocks are reference-counted: clones and
 // sequences with a common token prefix (RegisterPrefix, AdoptPrefix) share
-// them, and a shared block is copied on its next write.
+// them, and a shared block is copied on its next write. Registered blocks
+// nobody holds stay cached until a write needs room; PoolConfig.OnEvict
+// then sees each prefix the eviction removes (Evicted: its tokens, and
+// States, copies in the contiguous caches' format that SaveStates
+// writes) before its blocks are reused.
 package kv

@@ -71,6 +71,17 @@ func (m *qmat) rowScales(s, b []float32, lo, hi int) {
 	toF32(b[:(hi-lo)*ng], m.bi[lo*ng*es:hi*ng*es], m.sdt)
 }
 
+// prefetchScales hints rows [lo, hi)'s scales and biases into L2, so that
+// a later rowScales of them need not wait on memory (plain matrices only).
+func (m *qmat) prefetchScales(lo, hi int) {
+	if m.pg != nil || hi <= lo {
+		return
+	}
+	n := m.groups() * m.sdt.Size()
+	prefetchL2(&m.sc[lo*n], (hi-lo)*n)
+	prefetchL2(&m.bi[lo*n], (hi-lo)*n)
+}
+
 // sub returns matrix e of a stack of matrices laid out back to back.
 func (m qmat) sub(e int) qmat {
 	ng, wpr, es := m.groups(), m.wordsPerRow(), m.sdt.Size()

@@ -241,6 +241,8 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 			} else {
 				w.rowScales(sv, bv, b0, b1)
 			}
+			// the next block's scales and biases come in while these rows run
+			w.prefetchScales(b1, min(b1+qmvRowBlock, r1))
 			for m0 := 0; m0 < rows; {
 				nx := qmvPassRows(rows - m0)
 				// the weight rows in pairs through the two-row kernel (x rows

@@ -75,3 +75,9 @@ func cvtF32ToBF16(dst *uint16, src *float32, n int)
 //
 //go:noescape
 func cvtF32ToF16(dst *uint16, src *float32, n int)
+
+// prefetchL2 asks for the n (> 0) bytes at p to be brought into L2 ahead
+// of their use (a hint: it never faults and changes no data).
+//
+//go:noescape
+func prefetchL2(p *byte, n int)

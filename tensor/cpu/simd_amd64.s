@@ -441,3 +441,16 @@ ch_loop:
 	VZEROUPPER
 ch_done:
 	RET
+
+// func prefetchL2(p *byte, n int)
+// PREFETCHT1 of every 64-byte line of the n bytes at p (n > 0).
+TEXT ·prefetchL2(SB), NOSPLIT, $0-16
+	MOVQ p+0(FP), AX
+	MOVQ n+8(FP), CX
+	LEAQ (AX)(CX*1), CX
+pf_loop:
+	PREFETCHT1 (AX)
+	ADDQ $64, AX
+	CMPQ AX, CX
+	JLT pf_loop
+	RET

@@ -19,3 +19,6 @@ func qdot4x4(w *byte, bpr int, x *float32, s, b *float32, iota *float32, ng, cpg
 
 func cvtF32ToBF16(dst *uint16, src *float32, n int) { panic("unreachable") }
 func cvtF32ToF16(dst *uint16, src *float32, n int)  { panic("unreachable") }
+
+// prefetchL2 is a no-op without the amd64 assembly.
+func prefetchL2(p *byte, n int) {}

@@ -116,8 +116,14 @@ func (s *sink) drain() []event {
 
 // Stats are the server counters GET /stats reports.
 type Stats struct {
-	QueueDepth    int     `json:"queue_depth"`
-	QueueCapacity int     `json:"queue_capacity"`
+	// QueueDepth is the requests waiting: in the queue, and on the
+	// batched lane also the rows in the batch waiting for KV blocks
+	// (batch.pending_rows).
+	QueueDepth    int `json:"queue_depth"`
+	QueueCapacity int `json:"queue_capacity"`
+	// Active is the requests the engine has taken and not finished: on
+	// the batched lane the rows in the batch, running or waiting for
+	// blocks (batch.active_rows counts the running ones alone).
 	Active        int     `json:"active"`
 	Requests      int64   `json:"requests"`
 	Completed     int64   `json:"completed"`

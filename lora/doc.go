@@ -4,7 +4,9 @@
 // order given. Base weights (plain or affine-quantized) are never
 // rewritten, so the adapters a pass applies change from one call to the
 // next at no cost, and rows of one batch may each apply their own set
-// (Selection.Spans).
+// (Selection.Spans), on dense layers and expert banks alike: the base
+// matmul runs once over all rows and every row adds its own pairs'
+// terms through tensor.LowRankGather.
 //
 // Adapters are read in Hugging Face PEFT's format (adapter_config.json +
 // adapter_model.safetensors: r, lora_alpha, use_rslora, rank_pattern,

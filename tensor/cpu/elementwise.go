@@ -397,9 +397,14 @@ func ewExp(x float32) float32 {
 }
 
 // ewExpInto sets o[i] = e^(x[i]-c), the loop body of ewExp inlined, and
-// returns Σ o[i] in float64.
+// returns Σ o[i] in float64 (o and x the same slice or disjoint). With
+// AVX-512 an assembly kernel does it, bit for bit the same (results and
+// sum: exp_amd64.s).
 func ewExpInto(o, x []float32, c float32) float64 {
 	x = x[:len(o)]
+	if ewExpVector && len(o) > 0 {
+		return ewExpSumAVX512(&o[0], &x[0], len(o), c, &ewExpK)
+	}
 	var s0, s1 float64
 	for i, v := range x {
 		v -= c
@@ -421,9 +426,14 @@ func ewExpInto(o, x []float32, c float32) float64 {
 }
 
 // ewSigmoidInto sets o = sigmoid(x) (o may alias x): with e = e^-|x|, it is
-// 1/(1+e) for x ≥ 0 and e/(1+e) below, never overflowing.
+// 1/(1+e) for x ≥ 0 and e/(1+e) below, never overflowing. With AVX-512
+// an assembly kernel does it, bit for bit the same (exp_amd64.s).
 func ewSigmoidInto(o, x []float32) {
 	x = x[:len(o)]
+	if ewExpVector && len(o) > 0 {
+		ewSigmoidAVX512(&o[0], &x[0], len(o), &ewExpK)
+		return
+	}
 	var nb [ewBlock]float32
 	for len(o) > 0 {
 		m := min(len(o), ewBlock)

@@ -259,16 +259,16 @@ func qmmRun(dst, xb []byte, dt tensor.DType, rows int, w qmat, transpose bool) {
 	}
 	// each path computes a row the same way whatever rows it is given with
 	// (the kernel is chosen by the weight and dtype, never by the row count)
+	var raw []uint16 // x as the bfloat16 kernels read it
+	if dt == tensor.BFloat16 {
+		raw = u16s(xb)[:rows*inner]
+	}
 	switch {
 	case transpose && qmvTFirst(w, dt):
-		qmvT(out, x, u16s(xb)[:rows*inner], rows, w)
+		qmvT(out, x, raw, rows, w)
 	case transpose && qmvzUsable(w):
 		qmvZ(out, x, rows, w)
 	case transpose && qmvUsable(w, dt):
-		var raw []uint16
-		if dt == tensor.BFloat16 {
-			raw = u16s(xb)[:rows*inner]
-		}
 		qmvT(out, x, raw, rows, w)
 	case transpose && qmvaUsable(w) && (w.bits == 8 || !hasAVX512):
 		qmvA(out, x, rows, w)
@@ -291,14 +291,14 @@ func qmmRun(dst, xb []byte, dt tensor.DType, rows int, w qmat, transpose bool) {
 }
 
 // qmvTFirst reports whether x·Wᵀ goes to the AVX512_BF16 kernel (qmvT)
-// ahead of qmvZ: for bfloat16 x and K above 512 (model weights; a
-// quantized KV cache's head dims stay on qmvZ, paged or not). There it
-// reads a single row's weights at 1.5–1.8× qmvZ's rate (QMatmulSmallM,
-// AMD EPYC: 34–38 against 20–24 GB/s) and decodes the 1B-shaped Llama
-// 1.3× faster, at some cost in aggregate rate for many rows at large K
-// (K = 8192, 8 rows: 6 against 10 GB/s), where qmvT has no K blocking.
+// ahead of qmvZ: for bfloat16 and float16 x and K above 512 (model
+// weights; a quantized KV cache's head dims stay on qmvZ, paged or not).
+// There it reads a single row's weights at 1.5–1.8× qmvZ's rate for
+// bfloat16 (QMatmulSmallM, AMD EPYC: 34–38 against 20–24 GB/s) and
+// 1.7–1.9× for float16 (its hi+lo split, GB/cpu-s), and at 8 rows, with
+// the two-row kernels and chunked long rows, 1.25–1.45× for float16.
 func qmvTFirst(w qmat, dt tensor.DType) bool {
-	return qmvTFirstOn && dt == tensor.BFloat16 && w.cols > 512 && qmvUsable(w, dt)
+	return qmvTFirstOn && (dt == tensor.BFloat16 || dt == tensor.Float16) && w.cols > 512 && qmvUsable(w, dt)
 }
 
 // qmvTFirstOn lets tests and benchmarks put qmvZ first again.

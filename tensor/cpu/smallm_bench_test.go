@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -19,7 +20,7 @@ import (
 // figure to compare on a machine shared with other work). Kernels: z the
 // float32-x AVX-512 one (qmvZ), t1 the bfloat16 one-row kernels over whole
 // rows, t the default (two-row kernels for passes of 4 x rows, long rows
-// in chunks).
+// in chunks); _f16 rows take float16 x (qmvT's hi+lo split).
 func BenchmarkQMatmulSmallM(b *testing.B) {
 	for _, bits := range []int{4, 8} {
 		for _, s := range [][2]int{{8192, 2048}, {2048, 8192}} {
@@ -36,8 +37,16 @@ func BenchmarkQMatmulSmallM(b *testing.B) {
 				}
 			}
 			for _, m := range []int{1, 2, 4, 8, 16} {
-				for _, kern := range []string{"z", "t1", "t"} {
-					b.Run(fmt.Sprintf("b%d_N%d_K%d_rows%d_%s", bits, n, k, m, kern), func(b *testing.B) {
+				for _, kern := range []string{"z", "t1", "t", "z_f16", "t_f16"} {
+					xdt := tensor.BFloat16
+					if strings.HasSuffix(kern, "_f16") {
+						xdt, kern = tensor.Float16, strings.TrimSuffix(kern, "_f16")
+					}
+					name := fmt.Sprintf("b%d_N%d_K%d_rows%d_%s", bits, n, k, m, kern)
+					if xdt == tensor.Float16 {
+						name += "_f16"
+					}
+					b.Run(name, func(b *testing.B) {
 						defer func(xb int) {
 							qmvzOn, qmvTFirstOn, qmvPairsOn, qmvChunkXBytes = true, true, true, xb
 						}(qmvChunkXBytes)
@@ -45,7 +54,7 @@ func BenchmarkQMatmulSmallM(b *testing.B) {
 						if kern == "t1" { // one-row kernels over whole rows
 							qmvPairsOn, qmvChunkXBytes = false, 1<<30
 						}
-						x := tensor.FromFloat32(randF32(r, m*k), []int{m, k}, tensor.BFloat16)
+						x := tensor.FromFloat32(randF32(r, m*k), []int{m, k}, xdt)
 						defer x.Free()
 						c0 := processCPU()
 						for b.Loop() {

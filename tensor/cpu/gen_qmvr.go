@@ -134,9 +134,6 @@ func block2(lo bool, r int, a, b []int) string {
 	})
 }
 
-// accPtr2 is accPtr for the pair at DI (w1's accumulators r·128 bytes on).
-func accPtr2(r int) string { return accPtr(r) }
-
 func genPair(w func(string), name string, lo bool) {
 	fn := "qmvRows2" + name
 	l := "p" + strings.ToLower(name)
@@ -158,7 +155,8 @@ func genPair(w func(string), name string, lo bool) {
 				w(fmt.Sprintf("\tVPXORD Z%d, Z%d, Z%d\n", z, z, z))
 			}
 		}
-		w(fmt.Sprintf("\tJMP %s_pairs\n%s_load:\n", p, p) + accPtr2(r))
+		// accPtr is w0's accumulators; w1's follow r·128 bytes on
+		w(fmt.Sprintf("\tJMP %s_pairs\n%s_load:\n", p, p) + accPtr(r))
 		for i := range r {
 			w(fmt.Sprintf("\tVMOVUPS %d(AX), Z%d\n\tVMOVUPS %d(AX), Z%d\n", 128*i, a0[i], 128*i+64, a1[i]))
 			w(fmt.Sprintf("\tVMOVUPS %d(AX), Z%d\n\tVMOVUPS %d(AX), Z%d\n", 128*(r+i), b0[i], 128*(r+i)+64, b1[i]))
@@ -172,7 +170,7 @@ func genPair(w func(string), name string, lo bool) {
 		w("\tPREFETCHT1 (SI)(R14*1)\n\tLEAQ (SI)(BX*1), AX\n\tPREFETCHT1 (AX)(R14*1)\n")
 		w(block2(lo, r, a0, b0) + step)
 		w(fmt.Sprintf("%s_tail:\n\tMOVQ flags+152(FP), AX\n\tTESTQ $%d, AX\n\tJNZ %s_fin\n", p, qmvFinish, p))
-		w("\t// not the last chunk of the rows: keep the accumulators for the next chunk\n" + accPtr2(r))
+		w("\t// not the last chunk of the rows: keep the accumulators for the next chunk\n" + accPtr(r))
 		for i := range r {
 			w(fmt.Sprintf("\tVMOVUPS Z%d, %d(AX)\n\tVMOVUPS Z%d, %d(AX)\n", a0[i], 128*i, a1[i], 128*i+64))
 			w(fmt.Sprintf("\tVMOVUPS Z%d, %d(AX)\n\tVMOVUPS Z%d, %d(AX)\n", b0[i], 128*(r+i), b1[i], 128*(r+i)+64))

@@ -53,10 +53,10 @@ const qmvRowBlock = 64
 // qmvPairsOn sends passes of 4 x rows through the two-row kernels
 // (qmvRows2X: weight rows in pairs); off, every pass takes the one-row
 // kernels (passes of up to 8) — the same bits either way. Measured
-// (BenchmarkQMatmulSmallM, CPU time): 8 x rows as two passes of 4 pairs
-// run 1.0–1.1× (K = 2048) and 1.3–1.6× (K = 8192) one pass of 8 one-row;
-// a single x row runs 0.65–0.7× as fast in pairs and two rows gain
-// nothing, so passes of 1 and 2 stay one-row.
+// (BenchmarkQMatmulSmallM, CPU time, five alternated rounds): 8 x rows as
+// two passes of 4 in pairs run 1.0–1.3× (K = 2048) and 1.1–1.6× (K =
+// 8192) one pass of 8 one-row; a single x row runs 0.65–0.7× as fast in
+// pairs and two rows gain nothing, so passes of 1 and 2 stay one-row.
 var qmvPairsOn = true
 
 // qmvPassRows is the x rows of the next pass when left remain: 8, 4, 2 or
@@ -76,7 +76,7 @@ func qmvPassRows(left int) int {
 // (the x rows' share of L1 while a block of weight rows streams past
 // them): longer rows run in chunks of half as many bytes (qmvChunk).
 // Measured (BenchmarkQMatmulSmallM, K = 8192): whole rows of 8 and 4 x
-// rows spill L1 and run at 0.6–0.75 of chunked ones; at K = 2048 (8 rows,
+// rows spill L1 and run at 0.6–0.78 of chunked ones; at K = 2048 (8 rows,
 // 32 KiB of x) chunking does not pay.
 var qmvChunkXBytes = 32 << 10
 
@@ -216,7 +216,6 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 	if anyLo {
 		kern, kern2, loOff = qmvRowsXL, qmvRows2XL, 2*nhi
 	}
-	hi_ := hi
 	sidx := &qmvLaneGroup[bits.TrailingZeros(uint(kgs))-5]
 	sblk := 128 / kgs * 4
 	pfd := max(qmvPrefetchBytes/bpr, 1) * bpr
@@ -251,10 +250,9 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 				if nx == 4 && qmvPairsOn {
 					even = (b1 - b0) &^ 1
 				}
-				run := func(lo, hi int, two bool) {
-					k1, k2 := kern, kern2
-					cb := qmvChunk(nx, nb, anyLo)
-					spb := 128 / kgs // scales per block
+				cb := qmvChunk(nx, nb, anyLo)
+				spb := 128 / kgs // scales per block
+				run := func(w0, w1 int, two bool) {
 					// chunks of cb blocks (the last one takes the rest and the
 					// tail), accumulators carried in acc; each chunk prefetches
 					// the next one of the same rows, the last one the first
@@ -270,14 +268,14 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 						if cb >= nblk {
 							pf = pfd
 						}
-						wp, xp, sp := &wb[lo*bpr+64*c0], &hi_[m0*ldx+128*c0], &sv[(lo-b0)*kng+spb*c0]
-						bp, op := &bv[(lo-b0)*kng], &out[m0*n+lo]
+						wp, xp, sp := &wb[w0*bpr+64*c0], &hi[m0*ldx+128*c0], &sv[(w0-b0)*kng+spb*c0]
+						bp, op := &bv[(w0-b0)*kng], &out[m0*n+w0]
 						if two {
-							k2(wp, xp, loOff, 2*ldx, nc, tailw, sp, kng, sblk, &sidx[0], bp, &gsum[m0*kng], 4*kng,
-								op, 4*n, hi-lo, pf, nx, &(*ab)[0], flags, skip, bpr)
+							kern2(wp, xp, loOff, 2*ldx, nc, tailw, sp, kng, sblk, &sidx[0], bp, &gsum[m0*kng], 4*kng,
+								op, 4*n, w1-w0, pf, nx, &(*ab)[0], flags, skip, bpr)
 						} else {
-							k1(wp, xp, loOff, 2*ldx, nc, tailw, sp, kng, sblk, &sidx[0], bp, &gsum[m0*kng], 4*kng,
-								op, 4*n, hi-lo, pf, nx, &(*ab)[0], flags, skip)
+							kern(wp, xp, loOff, 2*ldx, nc, tailw, sp, kng, sblk, &sidx[0], bp, &gsum[m0*kng], 4*kng,
+								op, 4*n, w1-w0, pf, nx, &(*ab)[0], flags, skip)
 						}
 					}
 				}

@@ -60,6 +60,22 @@ type loraFixture struct {
 	tok *tokenizer.Tokenizer
 }
 
+// llamaFixture loads the llama3 fixture model (plain, no adapters) for
+// the test, closed at its end; the test skips when the fixture is absent.
+func llamaFixture(t *testing.T) model.Model {
+	t.Helper()
+	dir, _ := fixtureDirs()
+	if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); err != nil {
+		t.Skip("the llama3 fixture model is absent (model/testdata/llama3/f32)")
+	}
+	lm, err := model.Load(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lm.Close() })
+	return lm
+}
+
 func fixtureDirs() (modelDir, adapters string) {
 	return filepath.Join("..", "model", "testdata", "llama3", "f32"), filepath.Join("..", "lora", "testdata", "llama3")
 }

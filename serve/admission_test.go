@@ -6,14 +6,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/generate"
-	"github.com/mlxgo/mlxgo/model"
 )
 
 // tinyLlamaConfig loads the llama3 fixture (full attention only, so a
@@ -21,15 +18,7 @@ import (
 // it and the bytes of one block of every layer at the default block size.
 func tinyLlamaConfig(t *testing.T) (func() Config, int) {
 	t.Helper()
-	dir, _ := fixtureDirs()
-	if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); err != nil {
-		t.Skip("the llama3 fixture model is absent (model/testdata/llama3/f32)")
-	}
-	lm, err := model.Load(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lm.Close() })
+	lm := llamaFixture(t)
 	tok := charTokenizer(t)
 	config := func() Config {
 		return Config{Model: generate.Wrap(lm, lm.Info().Vocab), ModelID: "llama3-tiny", Tokenizer: tok, EOS: []int32{2},

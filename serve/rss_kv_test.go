@@ -4,15 +4,12 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"sync"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/generate"
-	"github.com/mlxgo/mlxgo/model"
 )
 
 // TestKVBytesMatchRSS: what /stats reports of the KV pool is what the
@@ -33,15 +30,7 @@ func TestKVBytesMatchRSS(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's shadow memory grows with every allocation")
 	}
-	dir, _ := fixtureDirs()
-	if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); err != nil {
-		t.Skip("the llama3 fixture model is absent (model/testdata/llama3/f32)")
-	}
-	lm, err := model.Load(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lm.Close() })
+	lm := llamaFixture(t)
 	cfg := Config{Model: generate.Wrap(lm, lm.Info().Vocab), ModelID: "llama3-tiny", Tokenizer: charTokenizer(t), EOS: []int32{2},
 		ContextLength: 1024, KVBudgetBytes: 48 << 20, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	srv, hs := startServer(t, cfg)

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/generate"
-	"github.com/mlxgo/mlxgo/model"
 )
 
 // TestSSDSpillAtEviction: a prefix the paged pool evicts is written to
@@ -34,15 +33,7 @@ import (
 // new tokens), of which the pool holds only those 48, takes all 64 from
 // the file; each answers what a server without the tier answers.
 func TestSSDSpillAtEviction(t *testing.T) {
-	dir, _ := fixtureDirs()
-	if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); err != nil {
-		t.Skip("the llama3 fixture model is absent (model/testdata/llama3/f32)")
-	}
-	lm, err := model.Load(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lm.Close() })
+	lm := llamaFixture(t)
 	tok := charTokenizer(t)
 	const n, gen, minTokens = 33, 40, 48
 	config := func() Config {

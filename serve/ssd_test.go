@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/generate"
-	"github.com/mlxgo/mlxgo/model"
 )
 
 // TestSSDCacheRestart: a 2,000-token prompt's KV (300 under the race
@@ -104,15 +103,7 @@ func TestSSDCacheRestart(t *testing.T) {
 // the cold one, token for token. The llama3 fixture (no sliding window,
 // so that the pool itself would have kept the prefix).
 func TestSSDCacheAfterEviction(t *testing.T) {
-	dir, _ := fixtureDirs()
-	if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); err != nil {
-		t.Skip("the llama3 fixture model is absent (model/testdata/llama3/f32)")
-	}
-	lm, err := model.Load(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lm.Close() })
+	lm := llamaFixture(t)
 	const n, gen = 16*5 + 1, 6 // n−1 whole blocks: a pool that kept them needs no restore
 	config := func() Config {
 		return Config{Model: generate.Wrap(lm, lm.Info().Vocab), ModelID: "llama3-tiny", Tokenizer: charTokenizer(t), EOS: []int32{2},

@@ -21,6 +21,9 @@ type qmat struct {
 	// pg, when set, places the rows in the blocks of a paged KV pool
 	// (words, sc and bi are then the whole pool's).
 	pg *qpage
+	// owner is the buffer words live in when that is the weight's own
+	// storage (not a temporary copy): derived layouts are kept with it.
+	owner *buffer
 }
 
 // qpage maps the rows of one KV head's matrix to a paged pool: row r
@@ -99,10 +102,13 @@ type qOperands struct {
 
 func loadQ(wq, scales, biases *tensor.Array, groupSize, bits int) *qOperands {
 	o := &qOperands{}
+	var owner *buffer
 	dense := func(a *tensor.Array) []byte {
 		c, owned := contig(a)
 		if owned {
 			o.owned = append(o.owned, c)
+		} else if a == wq {
+			owner = c.buf
 		}
 		return bytesOf(c, a.Size(), a.DType().Size())
 	}
@@ -117,6 +123,7 @@ func loadQ(wq, scales, biases *tensor.Array, groupSize, bits int) *qOperands {
 		gs:    groupSize,
 		bits:  bits,
 	}
+	o.m.owner = owner
 	return o
 }
 
@@ -264,6 +271,8 @@ func qmmRun(dst, xb []byte, dt tensor.DType, rows int, w qmat, transpose bool) {
 		raw = u16s(xb)[:rows*inner]
 	}
 	switch {
+	case transpose && q8Usable(w):
+		q8Run(out, x, rows, w)
 	case transpose && qmvTFirst(w, dt):
 		qmvT(out, x, raw, rows, w)
 	case transpose && qmvzUsable(w):

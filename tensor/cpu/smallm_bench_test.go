@@ -37,7 +37,7 @@ func BenchmarkQMatmulSmallM(b *testing.B) {
 				}
 			}
 			for _, m := range []int{1, 2, 4, 8, 16} {
-				for _, kern := range []string{"z", "t1", "t", "z_f16", "t_f16"} {
+				for _, kern := range []string{"z", "t1", "t", "z_f16", "t_f16", "q8"} {
 					xdt := tensor.BFloat16
 					if strings.HasSuffix(kern, "_f16") {
 						xdt, kern = tensor.Float16, strings.TrimSuffix(kern, "_f16")
@@ -56,6 +56,17 @@ func BenchmarkQMatmulSmallM(b *testing.B) {
 						}
 						x := tensor.FromFloat32(randF32(r, m*k), []int{m, k}, xdt)
 						defer x.Free()
+						if kern == "q8" {
+							if !q8Kernels {
+								b.Skip("no AVX512_VNNI")
+							}
+							defer SetInt8Activations(Int8Activations())
+							SetInt8Activations(true)
+							for _, l := range layers { // the repack, untimed
+								tensor.QuantizedMatmul(x, l[0], l[1], l[2], true, 64, bits).Free()
+							}
+							b.ResetTimer()
+						}
 						c0 := processCPU()
 						for b.Loop() {
 							for _, l := range layers {

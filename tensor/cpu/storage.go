@@ -13,14 +13,18 @@ import (
 type buffer struct {
 	data     []byte
 	refs     atomic.Int32
-	release  func([]byte) // returns data to the OS; nil for Go-heap and borrowed memory
-	readOnly bool         // borrowed (an mmap'd checkpoint): never written
+	release  func([]byte)  // returns data to the OS; nil for Go-heap and borrowed memory
+	readOnly bool          // borrowed (an mmap'd checkpoint): never written
+	onDrop   func(*buffer) // set under q8packs' lock: frees what was derived from data
 }
 
 func (b *buffer) retain() { b.refs.Add(1) }
 
 func (b *buffer) drop() {
 	if b.refs.Add(-1) == 0 {
+		if b.onDrop != nil {
+			b.onDrop(b)
+		}
 		if b.release != nil {
 			b.release(b.data)
 		}

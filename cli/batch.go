@@ -79,6 +79,7 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fl.IntVar(&maxBatch, "max-batch", generate.DefaultMaxRows, "rows generating at once")
 	fl.IntVar(&budget, "token-budget", generate.DefaultPrefillChunkSize, "tokens per forward pass (decode tokens first, then prefill chunks)")
 	fl.StringVar(&backend, "backend", "auto", "compute backend: cpu, mlx, or auto")
+	int8Flag(fl)
 	fl.BoolVar(&copyWeights, "copy-weights", false, "copy weights into memory instead of mapping the files")
 	fl.BoolVar(&paged, "paged-kv", true, "keep KV in a paged block pool (prefix blocks shared between rows); false: contiguous caches per row")
 	fl.IntVar(&blockSize, "block-size", kv.DefaultBlockSize, "token slots per KV block (--paged-kv)")

@@ -61,6 +61,7 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fl.IntVar(&chunk, "prefill-step-size", generate.DefaultPrefillChunkSize, "prompt tokens per forward pass during prefill")
 	fl.Uint64Var(&seed, "seed", 0, "seed of the random prompt")
 	fl.StringVar(&backend, "backend", "auto", "compute backend: cpu, mlx, or auto")
+	int8Flag(fl)
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object with the trials and averages")
 	fl.StringArrayVar(&adapters, "adapter-path", nil, adapterUsage)
 	addKVQuantFlag(fl, &kvQuant)

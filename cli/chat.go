@@ -71,6 +71,7 @@ func runChat(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fl.StringArrayVar(&f.stops, "stop", nil, "end the reply when this text is generated (repeatable)")
 	fl.Int64Var(&f.cacheBytes, "prompt-cache-bytes", 4<<30, "KV memory kept between turns")
 	fl.StringVar(&f.backend, "backend", "auto", "compute backend: cpu, mlx, or auto")
+	int8Flag(fl)
 	fl.StringArrayVar(&f.adapters, "adapter-path", nil, adapterUsage)
 	addKVQuantFlag(fl, &f.kvQuant)
 	fl.IntVar(&f.kvStart, "quantized-kv-start", generate.DefaultQuantizedKVStart, "context length from which the KV cache is quantized (--kv-quant)")

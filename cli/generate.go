@@ -74,6 +74,7 @@ func runGenerate(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fl.StringVar(&f.kvConfig, "kv-config", "", "kv_config.json with per-layer KV bits and group sizes")
 	addKVQuantFlag(fl, &f.kvQuant)
 	fl.StringVar(&f.backend, "backend", "auto", "compute backend: cpu, mlx, or auto (mlx when MLX has a GPU device, else cpu)")
+	int8Flag(fl)
 	fl.BoolVar(&f.ignoreEOS, "ignore-eos", false, "keep going past end-of-sequence tokens")
 	fl.BoolVar(&f.copyWeights, "copy-weights", false, "copy weights into memory instead of mapping the files")
 	fl.StringArrayVar(&f.adapters, "adapter-path", nil, adapterUsage)

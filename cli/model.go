@@ -10,7 +10,9 @@ import (
 	"github.com/mlxgo/mlxgo/mlxffi"
 	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/tensor"
+	"github.com/mlxgo/mlxgo/tensor/cpu"
 	"github.com/mlxgo/mlxgo/tokenizer"
+	"github.com/spf13/pflag"
 )
 
 // pickBackend resolves a --backend name to "cpu" or "mlx". Explicit names
@@ -63,7 +65,24 @@ func chooseBackend(name string, stderr io.Writer) (tensor.Backend, error) {
 	if why != "" {
 		fmt.Fprintf(stderr, "mlxgo: using the CPU backend (%s)\n", why)
 	}
+	if int8Activations {
+		if cpu.Int8ActivationsSupported() {
+			cpu.SetInt8Activations(true)
+			fmt.Fprintln(stderr, "mlxgo: int8 activations for 4- and 8-bit weights (--int8-activations)")
+		} else {
+			fmt.Fprintln(stderr, "mlxgo: --int8-activations: this CPU has no AVX512_VNNI; float activations are used")
+		}
+	}
 	return tensor.Open("cpu")
+}
+
+// int8Activations is --int8-activations (see int8Flag).
+var int8Activations bool
+
+// int8Flag registers --int8-activations on a verb's flags.
+func int8Flag(fl *pflag.FlagSet) {
+	fl.BoolVar(&int8Activations, "int8-activations", false,
+		"CPU backend: quantize activations to int8 per weight group for 4- and 8-bit weights (AVX512_VNNI; faster, not bit-identical to the float path; rows stay batch-invariant)")
 }
 
 // loadModel opens the --backend backend, makes it the default one, and

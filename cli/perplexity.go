@@ -59,6 +59,7 @@ func runPerplexity(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	addKVQuantFlag(fl, &f.kvQuant)
 	fl.BoolVar(&f.ref, "ref", false, "also run unquantized caches and report mean_kl, the mean KL of each position against them")
 	fl.StringVar(&f.backend, "backend", "auto", "compute backend: cpu, mlx, or auto")
+	int8Flag(fl)
 	fl.BoolVar(&f.copyWeights, "copy-weights", false, "copy weights into memory instead of mapping the files")
 	fl.BoolVar(&f.asJSON, "json", false, `print {"perplexity", "tokens", ...} as one JSON object`)
 	fl.Usage = func() {

@@ -101,6 +101,7 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	fl.StringVar(&f.logLevel, "log-level", "INFO", "log level: DEBUG, INFO, WARNING, ERROR")
 	fl.Int64Var(&f.cacheBytes, "prompt-cache-bytes", serve.DefaultPromptCacheBytes, "prompt cache size in bytes (0: off)")
 	fl.StringVar(&f.backend, "backend", "auto", "compute backend: cpu, mlx, or auto")
+	int8Flag(fl)
 	fl.IntVar(&f.queueSize, "queue-size", serve.DefaultQueueSize, "requests that may wait for the model; more get 429")
 	fl.IntVar(&f.batch, "batch", serve.DefaultBatch, "requests that decode together (continuous batching over a paged KV pool); 1: one at a time")
 	fl.IntVar(&f.batch, "decode-concurrency", serve.DefaultBatch, "the same as --batch")

@@ -66,9 +66,9 @@ func q8Usable(w qmat) bool {
 // holds row i's column j in its low nibble and column j+4 in its high
 // nibble; for 8-bit two vectors, columns j and j+4 of row i at byte 4i+j.
 type q8pack struct {
-	buf             *buffer
-	n, k, gs, bits  int
-	nblk, blk, cpgB int // row blocks, bytes per block, code bytes per group
+	buf       *buffer
+	bits      int
+	nblk, blk int // row blocks, bytes per block
 }
 
 // q8key names one matrix inside a buffer.
@@ -144,7 +144,7 @@ func q8Build(w qmat) *q8pack {
 	if w.bits == 8 {
 		cpgB = w.gs * 16
 	}
-	p := &q8pack{n: w.rows, k: w.cols, gs: w.gs, bits: w.bits, cpgB: cpgB}
+	p := &q8pack{bits: w.bits}
 	p.nblk = (w.rows + 15) / 16
 	p.blk = ng * (cpgB + 128)
 	p.buf = alloc(p.nblk*p.blk, tensor.Uint8)

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"runtime"
@@ -14,6 +16,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/model"
+	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
 // BenchmarkServeConcurrency measures the batched lane under load: the
@@ -29,7 +35,14 @@ import (
 //	go test ./serve -run '^$' -bench ServeConcurrency -benchtime 3x
 func BenchmarkServeConcurrency(b *testing.B) {
 	d := loadDemo(b)
-	cfg := d.config()
+	serveConcurrency(b, d.config(), d.gm.VocabSize(), d.eos, true)
+}
+
+// serveConcurrency is BenchmarkServeConcurrency's measurement over cfg:
+// streams ask /v1/chat/completions for a short story when chat is set
+// (the model has a chat template), else /v1/completions for a 16-id
+// prompt of their own; eos are banned so every stream runs its 128 tokens.
+func serveConcurrency(b *testing.B, cfg Config, vocab int, eos []int32, chat bool) {
 	if s := os.Getenv("MLXGO_TOKEN_BUDGET"); s != "" { // compare budgets (Config.TokenBudget)
 		cfg.TokenBudget, _ = strconv.Atoi(s)
 	}
@@ -37,11 +50,21 @@ func BenchmarkServeConcurrency(b *testing.B) {
 	if s := os.Getenv("MLXGO_PROBE_TOKENS"); s != "" {
 		probeTokens, _ = strconv.Atoi(s)
 	}
+	if !chat && probeTokens == 0 {
+		probeTokens = 16
+	}
 	_, hs := startServer(b, cfg)
 	const tokens = 128
 	bias := map[string]float64{}
-	for _, id := range d.eos {
+	for _, id := range eos {
 		bias[fmt.Sprint(id)] = -100
+	}
+	ids := func(n, id int) []int32 { // n distinct token ids of request id
+		p := make([]int32, n)
+		for i := range p {
+			p[i] = int32((i*7919 + id*104729) % min(vocab, 30000))
+		}
+		return p
 	}
 	req := 0
 	var mu sync.Mutex
@@ -51,15 +74,18 @@ func BenchmarkServeConcurrency(b *testing.B) {
 		req++
 		id := req
 		mu.Unlock()
-		body, _ := json.Marshal(map[string]any{"messages": []map[string]string{{"role": "user", "content": fmt.Sprintf("Story %d: tell me about the sea.", id)}},
-			"max_tokens": maxTokens, "temperature": 0, "logit_bias": bias, "stream": true})
-		url, field := hs.URL+"/v1/chat/completions", `"content":"`
-		if maxTokens == 1 && probeTokens > 0 { // a probe of probeTokens distinct token ids
-			p := make([]int32, probeTokens)
-			for i := range p {
-				p[i] = int32((i*7919 + id*104729) % min(d.gm.VocabSize(), 30000))
-			}
-			body, _ = json.Marshal(map[string]any{"prompt": p, "max_tokens": 1, "temperature": 0, "logit_bias": bias, "stream": true})
+		var body []byte
+		var url, field string
+		switch {
+		case maxTokens == 1 && probeTokens > 0: // a probe of probeTokens distinct token ids
+			body, _ = json.Marshal(map[string]any{"prompt": ids(probeTokens, id), "max_tokens": 1, "temperature": 0, "logit_bias": bias, "stream": true})
+			url, field = hs.URL+"/v1/completions", `"text":"`
+		case chat:
+			body, _ = json.Marshal(map[string]any{"messages": []map[string]string{{"role": "user", "content": fmt.Sprintf("Story %d: tell me about the sea.", id)}},
+				"max_tokens": maxTokens, "temperature": 0, "logit_bias": bias, "stream": true})
+			url, field = hs.URL+"/v1/chat/completions", `"content":"`
+		default:
+			body, _ = json.Marshal(map[string]any{"prompt": ids(16, id), "max_tokens": maxTokens, "temperature": 0, "logit_bias": bias, "stream": true})
 			url, field = hs.URL+"/v1/completions", `"text":"`
 		}
 		start := time.Now()
@@ -324,4 +350,41 @@ func loadAvg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// BenchmarkServeConcurrency1B4bit is BenchmarkServeConcurrency over the
+// random 1B-shaped 4-bit Llama (write1BAdapters' checkpoint, no adapters)
+// with a tokenizer of one character per id, prompts given as token ids:
+// the model the serve issue's throughput bar names. MLXGO_INT8_ACTIVATIONS=1
+// runs it with int8 activations (tensor/cpu).
+//
+//	GOMAXPROCS=2 go test ./serve -run '^$' -bench ServeConcurrency1B4bit -benchtime 1x
+func BenchmarkServeConcurrency1B4bit(b *testing.B) {
+	dir, _ := write1BAdapters(b, 0)
+	m, err := model.Load(dir, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	tok := wideCharTokenizer(b, llama1B.vocab)
+	eos := []int32{2}
+	cfg := Config{Model: generate.Wrap(m, m.Info().Vocab), ModelID: "llama-1b-random", Tokenizer: tok, EOS: eos,
+		ContextLength: 4096, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	serveConcurrency(b, cfg, llama1B.vocab, eos, false)
+}
+
+// wideCharTokenizer is a tokenizer of n tokens, token i the character
+// U+0100+i, so that any id decodes.
+func wideCharTokenizer(t testing.TB, n int) *tokenizer.Tokenizer {
+	t.Helper()
+	vocab := make(map[string]int, n)
+	for i := range n {
+		vocab[string(rune(0x100+i))] = i
+	}
+	raw, _ := json.Marshal(map[string]any{"model": map[string]any{"type": "BPE", "vocab": vocab, "merges": []string{}}, "decoder": map[string]any{"type": "Fuse"}})
+	tok, err := tokenizer.New(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
 }

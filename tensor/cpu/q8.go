@@ -61,13 +61,15 @@ func q8Usable(w qmat) bool {
 
 // q8pack is one weight matrix repacked for the kernels: rows padded to a
 // multiple of 16; block b (rows 16b..16b+15) is blk bytes; in it, group g
-// is gs/8 chunks of codes then the 16 rows' float32 scales and biases.
+// is gs/8 chunks of codes then the 16 rows' scales and biases: bfloat16
+// (32 bytes each) when the checkpoint's are (half), else float32 (64).
 // A chunk covers 8 columns: for 4-bit one 64-byte vector whose byte 4i+j
 // holds row i's column j in its low nibble and column j+4 in its high
 // nibble; for 8-bit two vectors, columns j and j+4 of row i at byte 4i+j.
 type q8pack struct {
 	buf       *buffer
 	bits      int
+	half      bool
 	nblk, blk int // row blocks, bytes per block
 }
 
@@ -144,9 +146,13 @@ func q8Build(w qmat) *q8pack {
 	if w.bits == 8 {
 		cpgB = w.gs * 16
 	}
-	p := &q8pack{bits: w.bits}
+	p := &q8pack{bits: w.bits, half: w.sdt == tensor.BFloat16}
+	trail := 128 // the group's scales and biases
+	if p.half {
+		trail = 64
+	}
 	p.nblk = (w.rows + 15) / 16
-	p.blk = ng * (cpgB + 128)
+	p.blk = ng * (cpgB + trail)
 	p.buf = alloc(p.nblk*p.blk, tensor.Uint8)
 	parallelFor(p.nblk, 4, func(lo, hi int) {
 		sv := make([]float32, 16*ng)
@@ -160,7 +166,7 @@ func q8Build(w qmat) *q8pack {
 			for i := range nr {
 				row := w.words[(r0+i)*wpr : (r0+i+1)*wpr]
 				for g := range ng {
-					gd := dst[g*(cpgB+128):]
+					gd := dst[g*(cpgB+trail):]
 					for c := range w.gs / 8 {
 						if w.bits == 4 {
 							v := row[g*w.gs/8+c] // columns 8c..8c+7 of the group
@@ -174,11 +180,16 @@ func q8Build(w qmat) *q8pack {
 				}
 			}
 			for g := range ng {
-				gd := dst[g*(cpgB+128)+cpgB:]
+				gd := dst[g*(cpgB+trail)+cpgB:]
 				for i := range 16 {
 					var s, bb float32
 					if i < nr {
 						s, bb = sv[i*ng+g], bv[i*ng+g]
+					}
+					if p.half { // widened from bfloat16: the top half is exact
+						putU16(gd[2*i:], uint16(math.Float32bits(s)>>16))
+						putU16(gd[32+2*i:], uint16(math.Float32bits(bb)>>16))
+						continue
 					}
 					putU32(gd[4*i:], math.Float32bits(s))
 					putU32(gd[64+4*i:], math.Float32bits(bb))
@@ -192,6 +203,11 @@ func q8Build(w qmat) *q8pack {
 // spread4 moves the four nibbles of v into the low halves of four bytes.
 func spread4(v uint32) uint32 {
 	return v&0xf | (v&0xf0)<<4 | (v&0xf00)<<8 | (v&0xf000)<<12
+}
+
+func putU16(b []byte, v uint16) {
+	_ = b[1]
+	b[0], b[1] = byte(v), byte(v>>8)
 }
 
 func putU32(b []byte, v uint32) {
@@ -272,10 +288,10 @@ func q8Run(out, x []float32, rows int, w qmat) {
 			for m0 := 0; m0 < rows; m0 += 8 {
 				r := min(8, rows-m0)
 				if n0+16 <= n {
-					q8Kernel(p.bits, r, wb, &xq[m0*ldx], ldx, ng, gs/8, &out[m0*n+n0], n*4)
+					q8Kernel(p.bits, r, p.half, wb, &xq[m0*ldx], ldx, ng, gs/8, &out[m0*n+n0], n*4)
 					continue
 				}
-				q8Kernel(p.bits, r, wb, &xq[m0*ldx], ldx, ng, gs/8, &tail[0], 64)
+				q8Kernel(p.bits, r, p.half, wb, &xq[m0*ldx], ldx, ng, gs/8, &tail[0], 64)
 				for i := range r {
 					copy(out[(m0+i)*n+n0:(m0+i+1)*n], tail[i*16:])
 				}

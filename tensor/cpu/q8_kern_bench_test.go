@@ -38,7 +38,7 @@ func BenchmarkQ8Kern(b *testing.B) {
 			b.Run(fmt.Sprintf("b%d_rows%d", bits, rows), func(b *testing.B) {
 				for b.Loop() {
 					for blk := range p.nblk {
-						q8Kernel(bits, rows, &p.buf.data[blk*p.blk], &xq[0], ldx, k/gs, gs/8, &out[0], 64)
+						q8Kernel(bits, rows, p.half, &p.buf.data[blk*p.blk], &xq[0], ldx, k/gs, gs/8, &out[0], 64)
 					}
 				}
 				macs := float64(b.N) * float64(p.nblk*16*k*rows)

@@ -5,6 +5,6 @@ package cpu
 // Without the amd64 assembly there are no int8 kernels.
 var q8Kernels = false
 
-func q8Kernel(bits, r int, w *byte, x *byte, ldx, ng, cpg int, out *float32, ldo int) {
+func q8Kernel(bits, r int, half bool, w *byte, x *byte, ldx, ng, cpg int, out *float32, ldo int) {
 	panic("unreachable")
 }

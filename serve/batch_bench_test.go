@@ -24,15 +24,17 @@ import (
 
 // BenchmarkServeConcurrency measures the batched lane under load: the
 // aggregate decode tokens/s of 8 concurrent streams against one stream
-// alone (first request sent to last token: prefill included); the time to
+// alone (first request sent to last token: prefill included; steady_*:
+// only while every stream of the run was decoding); the time to
 // first token of the 8 sent at once (p50: mean of the 4th and 5th)
 // against the lone stream's (ttft_8_x); and the time to first token of a
 // request that arrives while the 8 are decoding against one that arrives
 // at an idle server (ttft_x; the median of three one-token probes each;
 // the server gets one row more than 8 so that a probe joins at once), in
-// the same run, after one untimed warm-up request. Each stream asks for
-// 128 tokens with EOS banned, on its own prompt (the prefix cache sees no
-// repeat). MLXGO_PROBE_TOKENS=256 makes the probes 256-token prompts
+// the same run, after one untimed warm-up request; the probes go to a
+// second run of the 8, so that their work is not in the throughput. Each
+// stream asks for 128 tokens with EOS banned, on its own prompt (the
+// prefix cache sees no repeat). MLXGO_PROBE_TOKENS=256 makes the probes 256-token prompts
 // (distinct token ids) instead of a short chat message; MLXGO_TOKEN_BUDGET
 // sets Config.TokenBudget.
 //
@@ -75,7 +77,13 @@ func serveConcurrency(b *testing.B, cfg Config, vocab int, eos []int32, chat boo
 	req := 0
 	var mu sync.Mutex
 	streamed := 0 // content chunks received so far, over every stream
+	// streamTimes streams one request, appending each token's arrival to
+	// times when given
+	var streamTimes func(maxTokens int, times *[]time.Time) (time.Duration, int, error)
 	stream := func(maxTokens int) (ttft time.Duration, chunks int, err error) {
+		return streamTimes(maxTokens, nil)
+	}
+	streamTimes = func(maxTokens int, times *[]time.Time) (ttft time.Duration, chunks int, err error) {
 		mu.Lock()
 		req++
 		id := req
@@ -106,6 +114,9 @@ func serveConcurrency(b *testing.B, cfg Config, vocab int, eos []int32, chat boo
 				if chunks == 0 {
 					ttft = time.Since(start)
 				}
+				if times != nil {
+					*times = append(*times, time.Now())
+				}
 				chunks++
 				mu.Lock()
 				streamed++
@@ -117,18 +128,19 @@ func serveConcurrency(b *testing.B, cfg Config, vocab int, eos []int32, chat boo
 	// run streams n requests at once and returns their aggregate tokens/s;
 	// with probe, once every stream is decoding, three one-token requests
 	// are sent one after another and their times to first token returned.
-	run := func(n int, probe bool) (tps float64, probes, firsts []time.Duration) {
+	run := func(n int, probe bool) (tps, steady float64, probes, firsts []time.Duration) {
 		var wg sync.WaitGroup
 		total := 0
+		all := make([][]time.Time, n)
 		mu.Lock()
 		streamed = 0
 		mu.Unlock()
 		start := time.Now()
-		for range n {
+		for i := range n {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				tt, c, err := stream(tokens)
+				tt, c, err := streamTimes(tokens, &all[i])
 				if err != nil {
 					b.Error(err)
 				}
@@ -157,9 +169,35 @@ func serveConcurrency(b *testing.B, cfg Config, vocab int, eos []int32, chat boo
 			}
 		}
 		wg.Wait()
+		tps = float64(total) / time.Since(start).Seconds()
+		// steady: tokens/s while every stream was decoding (from the last
+		// first token to the first last token)
+		var from, to time.Time
+		for _, ts := range all {
+			if len(ts) == 0 {
+				continue
+			}
+			if ts[0].After(from) {
+				from = ts[0]
+			}
+			if to.IsZero() || ts[len(ts)-1].Before(to) {
+				to = ts[len(ts)-1]
+			}
+		}
+		in := 0
+		for _, ts := range all {
+			for _, t := range ts {
+				if t.After(from) && !t.After(to) {
+					in++
+				}
+			}
+		}
+		if to.After(from) {
+			steady = float64(in) / to.Sub(from).Seconds()
+		}
 		mu.Lock()
 		defer mu.Unlock()
-		return float64(total) / time.Since(start).Seconds(), probes, firsts
+		return tps, steady, probes, firsts
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	// one untimed request first: the first products build the weights'
@@ -167,16 +205,19 @@ func serveConcurrency(b *testing.B, cfg Config, vocab int, eos []int32, chat boo
 	if _, _, err := stream(4); err != nil {
 		b.Fatal(err)
 	}
-	var one, eight, idle, loaded, first1, first8 float64
+	var one, eight, steady1, steady8, idle, loaded, first1, first8 float64
 	for range b.N {
-		t1, _, f1 := run(1, false)
-		_, idleP, _ := run(0, true)
-		t8, loadP, f8 := run(8, true)
+		t1, s1, _, f1 := run(1, false)
+		_, _, idleP, _ := run(0, true)
+		t8, s8, _, f8 := run(8, false) // throughput and the 8's TTFT without probes
+		_, _, loadP, _ := run(8, true)
 		slices.Sort(idleP)
 		slices.Sort(loadP)
 		slices.Sort(f8)
 		one += t1
 		eight += t8
+		steady1 += s1
+		steady8 += s8
 		idle += ms(idleP[1])
 		loaded += ms(loadP[1])
 		first1 += ms(f1[0])
@@ -186,6 +227,9 @@ func serveConcurrency(b *testing.B, cfg Config, vocab int, eos []int32, chat boo
 	b.ReportMetric(one/n, "tok/s_1")
 	b.ReportMetric(eight/n, "tok/s_8")
 	b.ReportMetric(eight/one, "x_at_8")
+	b.ReportMetric(steady1/n, "steady_tok/s_1")
+	b.ReportMetric(steady8/n, "steady_tok/s_8")
+	b.ReportMetric(steady8/steady1, "steady_x_at_8")
 	b.ReportMetric(idle/n, "ttft_idle_ms")
 	b.ReportMetric(loaded/n, "ttft_p50_8_ms")
 	b.ReportMetric(loaded/idle, "ttft_x")

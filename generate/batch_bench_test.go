@@ -13,6 +13,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/model"
+	"github.com/mlxgo/mlxgo/tensor/cpu"
 )
 
 // BenchmarkBatchDecode1B4bit measures aggregate decode tokens/s of
@@ -21,7 +22,9 @@ import (
 // row), against the serial path (Generate) measured in the same run.
 // Prefill and the first token are outside the timed part of both. Beside
 // tok/s each reports tok/cpu-s, tokens per second of this process's CPU
-// time (the comparable figure on a machine shared with other work).
+// time (the comparable figure on a machine shared with other work), and
+// wakes/step and wake-us the CPU backend's parked-worker wake-ups per step
+// and their mean latency (cpu.PoolWakes).
 func BenchmarkBatchDecode1B4bit(b *testing.B) {
 	lm, _ := load1B4bit(b)
 	m := generate.Wrap(lm, lm.Info().Vocab)
@@ -40,6 +43,7 @@ func BenchmarkBatchDecode1B4bit(b *testing.B) {
 		defer s.Close()
 		n := -1
 		var c0 time.Duration
+		var wk wakes
 		for _, err := range s.Tokens() {
 			if err != nil {
 				b.Fatal(err)
@@ -47,10 +51,12 @@ func BenchmarkBatchDecode1B4bit(b *testing.B) {
 			if n++; n == 0 {
 				b.ResetTimer() // timed as the rows are: from the first token on
 				c0 = processCPU()
+				wk = startWakes()
 			}
 		}
 		cpu := processCPU() - c0
 		b.StopTimer()
+		wk.report(b, n)
 		b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "tok/s")
 		b.ReportMetric(float64(n)/cpu.Seconds(), "tok/cpu-s")
 	})
@@ -75,6 +81,7 @@ func BenchmarkBatchDecode1B4bit(b *testing.B) {
 			before := bt.Stats().GeneratedTokens
 			b.ResetTimer()
 			c0 := processCPU()
+			wk := startWakes()
 			for range b.N {
 				if _, err := bt.Step(); err != nil {
 					b.Fatal(err)
@@ -82,6 +89,7 @@ func BenchmarkBatchDecode1B4bit(b *testing.B) {
 			}
 			cpu := processCPU() - c0
 			b.StopTimer()
+			wk.report(b, b.N)
 			n := bt.Stats().GeneratedTokens - before
 			b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "tok/s")
 			b.ReportMetric(float64(n)/cpu.Seconds(), "tok/cpu-s")
@@ -231,4 +239,27 @@ func load1B4bit(b *testing.B) (model.Model, int64) {
 	}
 	b.Cleanup(func() { lm.Close() })
 	return lm, stepBytes
+}
+
+// wakes counts the CPU backend's worker wake-ups over a timed part
+// (cpu.PoolWakes).
+type wakes struct {
+	n   int64
+	lat time.Duration
+}
+
+func startWakes() wakes {
+	n, lat := cpu.PoolWakes()
+	return wakes{n, lat}
+}
+
+// report adds wakes/step and their mean latency (wake-us) over steps.
+func (w wakes) report(b *testing.B, steps int) {
+	n, lat := cpu.PoolWakes()
+	if steps > 0 {
+		b.ReportMetric(float64(n-w.n)/float64(steps), "wakes/step")
+	}
+	if n > w.n {
+		b.ReportMetric(float64((lat-w.lat).Microseconds())/float64(n-w.n), "wake-us")
+	}
 }

@@ -10,9 +10,9 @@ import (
 // The persistent worker pool behind parallelFor: workers() − 1 goroutines
 // that live for the process and take chunks of each parallel call, so a
 // decode step's few hundred parallel kernels pay neither a goroutine
-// start nor an OS-thread wake-up each. After a call a worker spins for
-// poolSpin waiting for the next (the gaps between a step's kernels are
-// mostly shorter), then parks until woken.
+// start nor an OS-thread wake-up each. After a call a worker spins waiting
+// for the next (poolSpin at first, longer while it keeps being woken soon
+// after parking: see nextSpin), then parks until woken.
 
 // poolOn is false when the environment sets MLXGO_CPU_POOL=off: every
 // parallel call then starts goroutines of its own, as before the pool
@@ -20,8 +20,32 @@ import (
 var poolOn = os.Getenv("MLXGO_CPU_POOL") != "off"
 
 // poolSpin is how long an idle worker polls for the next call before it
-// parks.
+// parks, at first; the caller spins as long for its workers' chunks.
 const poolSpin = 100 * time.Microsecond
+
+// poolSpinMax bounds a worker's adaptive spin. Waking a parked worker
+// costs an OS-thread wake-up, which on a virtual machine took 0.4 ms on
+// average (a halted vCPU is rescheduled by the host) — longer than most
+// gaps between a decode step's kernels — so a worker that parks and is
+// woken again soon after doubles its spin (up to poolSpinMax), and one
+// that stayed parked for longer than poolSpinIdle (no work coming: an
+// idle server) goes back to poolSpin.
+const (
+	poolSpinMax  = 2 * time.Millisecond
+	poolSpinIdle = 50 * time.Millisecond
+)
+
+// nextSpin is a worker's spin after it was parked for parked, having
+// spun for spin before parking.
+func nextSpin(spin, parked time.Duration) time.Duration {
+	switch {
+	case parked > poolSpinIdle:
+		return poolSpin
+	case parked < poolSpinMax:
+		return min(2*spin, poolSpinMax)
+	}
+	return spin
+}
 
 // poolJob is one parallelFor call: its chunks are claimed one at a time
 // by the workers and the caller.
@@ -88,6 +112,19 @@ type workPool struct {
 type poolWorker struct {
 	parked atomic.Bool
 	wake   chan struct{}
+	wokeAt atomic.Int64 // when a caller last woke it (Unix ns)
+}
+
+// poolWakes counts the wake-ups of parked workers and poolWakeNanos sums
+// how long each took to start running (PoolWakes).
+var poolWakes, poolWakeNanos atomic.Int64
+
+// PoolWakes reports how many times this process's parallel kernels had to
+// wake a parked worker and the total time from those wake-ups to the
+// worker running, for benchmarks: each wake-up is an OS-thread wake, and
+// until the worker runs the call's chunks run on the caller alone.
+func PoolWakes() (n int64, latency time.Duration) {
+	return poolWakes.Load(), time.Duration(poolWakeNanos.Load())
 }
 
 // thePool is the process's worker pool.
@@ -128,6 +165,7 @@ func (p *workPool) run(n, step, chunks int, f func(lo, hi int)) bool {
 			break
 		}
 		if w.parked.Load() {
+			w.wokeAt.Store(time.Now().UnixNano())
 			select {
 			case w.wake <- struct{}{}:
 			default:
@@ -158,9 +196,10 @@ func (p *workPool) run(n, step, chunks int, f func(lo, hi int)) bool {
 	return true
 }
 
-// loop is a worker: it runs the chunks of every new job, spinning for
-// poolSpin after each before it parks.
+// loop is a worker: it runs the chunks of every new job, spinning after
+// each (poolSpin, adapted by nextSpin) before it parks.
 func (p *workPool) loop(w *poolWorker, seen uint64) {
+	spin := poolSpin
 	for {
 		// wait for a generation after seen
 		var t0 time.Time
@@ -172,12 +211,19 @@ func (p *workPool) loop(w *poolWorker, seen uint64) {
 				t0 = time.Now()
 				continue
 			}
-			if time.Since(t0) <= poolSpin {
+			if time.Since(t0) <= spin {
 				continue
 			}
 			w.parked.Store(true)
 			if p.gen.Load() == seen {
+				parkedAt := time.Now()
 				<-w.wake
+				now := time.Now()
+				if p.gen.Load() != seen { // not a stale wake-up left in the channel
+					poolWakes.Add(1)
+					poolWakeNanos.Add(max(0, now.UnixNano()-w.wokeAt.Load()))
+				}
+				spin = nextSpin(spin, now.Sub(parkedAt))
 			}
 			w.parked.Store(false)
 			t0 = time.Time{}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestParallelForCovers checks that parallelFor visits every index exactly
@@ -134,5 +135,27 @@ func TestParallelForPanic(t *testing.T) {
 	})
 	if sum.Load() != 4950 {
 		t.Fatalf("after panics: sum %d, want 4950", sum.Load())
+	}
+}
+
+// TestNextSpin checks the worker's adaptive spin: a park shorter than
+// poolSpinMax doubles it up to poolSpinMax, a park past poolSpinIdle
+// returns it to poolSpin, one in between keeps it.
+func TestNextSpin(t *testing.T) {
+	s := poolSpin
+	for range 10 {
+		s = nextSpin(s, 300*time.Microsecond)
+	}
+	if s != poolSpinMax {
+		t.Fatalf("after short parks: spin %v, want %v", s, poolSpinMax)
+	}
+	if got := nextSpin(s, 10*time.Millisecond); got != s {
+		t.Fatalf("after a 10 ms park: spin %v, want it kept at %v", got, s)
+	}
+	if got := nextSpin(s, time.Second); got != poolSpin {
+		t.Fatalf("after an idle second: spin %v, want %v", got, poolSpin)
+	}
+	if got := nextSpin(poolSpin, 300*time.Microsecond); got != 2*poolSpin {
+		t.Fatalf("one short park: spin %v, want %v", got, 2*poolSpin)
 	}
 }

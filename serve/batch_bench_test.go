@@ -77,13 +77,9 @@ func serveConcurrency(b *testing.B, cfg Config, vocab int, eos []int32, chat boo
 	req := 0
 	var mu sync.Mutex
 	streamed := 0 // content chunks received so far, over every stream
-	// streamTimes streams one request, appending each token's arrival to
-	// times when given
-	var streamTimes func(maxTokens int, times *[]time.Time) (time.Duration, int, error)
-	stream := func(maxTokens int) (ttft time.Duration, chunks int, err error) {
-		return streamTimes(maxTokens, nil)
-	}
-	streamTimes = func(maxTokens int, times *[]time.Time) (ttft time.Duration, chunks int, err error) {
+	// stream streams one request, appending each token's arrival to times
+	// when given
+	stream := func(maxTokens int, times *[]time.Time) (ttft time.Duration, chunks int, err error) {
 		mu.Lock()
 		req++
 		id := req
@@ -140,7 +136,7 @@ func serveConcurrency(b *testing.B, cfg Config, vocab int, eos []int32, chat boo
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				tt, c, err := streamTimes(tokens, &all[i])
+				tt, c, err := stream(tokens, &all[i])
 				if err != nil {
 					b.Error(err)
 				}
@@ -161,7 +157,7 @@ func serveConcurrency(b *testing.B, cfg Config, vocab int, eos []int32, chat boo
 				time.Sleep(time.Millisecond)
 			}
 			for range 3 {
-				tt, _, err := stream(1)
+				tt, _, err := stream(1, nil)
 				if err != nil {
 					b.Error(err)
 				}
@@ -202,7 +198,7 @@ func serveConcurrency(b *testing.B, cfg Config, vocab int, eos []int32, chat boo
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	// one untimed request first: the first products build the weights'
 	// derived layouts (the int8 repack) and warm the buffer pool
-	if _, _, err := stream(4); err != nil {
+	if _, _, err := stream(4, nil); err != nil {
 		b.Fatal(err)
 	}
 	var one, eight, steady1, steady8, idle, loaded, first1, first8 float64

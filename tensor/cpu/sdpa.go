@@ -238,9 +238,10 @@ type sdpaScratch struct {
 	pos        []int // absolute query positions (causal)
 	// one chunk's partial results per row, folded into the item's
 	cm, cl, cacc []float32
-	// blockGemm's packed panels: queries (8-row), keys and values
-	// (32-column), probabilities (8-row), and the rows' output tile
+	// blockGemm's packed panels: queries (8-row), keys (32-column),
+	// values (rows), probabilities (8-row), and the rows' output tile
 	qa, kp, vp, pa, at []float32
+	e                 []float32 // one row's probabilities
 }
 
 // sdpaPool recycles the workers' scratch (a few hundred KiB each at head
@@ -277,6 +278,7 @@ func newSDPAScratch(p *sdpaPlan) *sdpaScratch {
 		s.kp = make([]float32, sdpaKeys*p.d)
 		s.vp = make([]float32, sdpaKeys*dvp)
 		s.pa = make([]float32, sdpaQRows*sdpaKeys)
+		s.e = make([]float32, sdpaKeys)
 		s.at = make([]float32, sdpaQRows*dvp)
 	}
 	return s
@@ -410,12 +412,14 @@ func (p *sdpaPlan) chunk(s *sdpaScratch, b, kvh, nr, c, maxPos int, m, l, acc []
 	}
 }
 
-// blockGemm is the rest of chunk on the AVX-512 matmul micro-kernel: per
+// blockGemm is the rest of chunk on the AVX-512 matmul micro-kernels: per
 // block of keys, the scores of all nr rows are one small product Q·Kᵀ and
 // the probability-weighted values one P·V (float32 products and sums, as
-// the portable loops, in another order; each row's values are its own).
-// Rows past nr and keys past the block are zero padding whose
-// probabilities are zero.
+// the portable loops, in another order; each row's values are its own, and
+// a row gets the same bits in a 4-row kernel as in an 8-row one). Score
+// columns past the block are computed from stale panel entries and never
+// read; the P·V sums run over the block's own keys only, the probabilities
+// of keys a row may not see being exact zeros.
 func (p *sdpaPlan) blockGemm(s *sdpaScratch, b, kvh, nr, j0, j1 int, m, l, acc []float32) {
 	d, dv := p.d, p.dv
 	dvp := (dv + 31) &^ 31
@@ -433,51 +437,73 @@ func (p *sdpaPlan) blockGemm(s *sdpaScratch, b, kvh, nr, j0, j1 int, m, l, acc [
 	for jb, nk := j0, 0; jb < j1; jb += nk {
 		nk = p.blockLen(jb, j1)
 		nkp := (nk + 31) &^ 31
-		// keys as 32-column panels of Kᵀ, values as 32-column panels of V
-		clear(s.kp[:nkp*d])
-		clear(s.vp[:nkp*dvp])
+		// keys as 32-column panels of Kᵀ, values as rows of dvp
 		p.packKeys(s.kp, b, kvh, jb, nk)
-		for j := range nk {
-			vo := p.v.row(b, kvh, jb+j)
-			for c0 := 0; c0 < dv; c0 += 32 {
-				fusedLoad(s.vp[c0/32*nkp*32+j*32:][:min(32, dv-c0)], p.v.data, vo+c0, p.v.dt)
-			}
-		}
+		p.loadValues(s.vp, b, kvh, jb, nk, dvp)
 		sc := s.s[:nrp*nkp]
 		clear(sc)
-		for r := 0; r < nrp; r += 8 {
+		for r := 0; r < nr; r += 8 {
 			for c := 0; c < nkp; c += 32 {
-				sgemm8x32(d, &s.qa[r*d], &s.kp[c*d], &sc[r*nkp+c], nkp)
+				sgemmRows(nr-r, d, &s.qa[r*d], &s.kp[c*d], 32, &sc[r*nkp+c], nkp)
 			}
 		}
-		clear(s.pa[:nrp*nkp])
 		for i := range nr {
 			row := sc[i*nkp : i*nkp+nk]
+			pan := s.pa[i/8*8*nkp:]
 			bm := p.maskScores(s, i, jb, row)
 			if bm == sdpaNegInf {
+				for j := range nk {
+					pan[j*8+i%8] = 0
+				}
 				continue
 			}
 			mi := raiseMax(&m[i], &l[i], bm, at[i*dvp:i*dvp+dv])
+			e := s.e[:nk]
+			ewExpInto(e, row, mi) // a key masked to −∞ gets exactly 0
 			var li float32
-			pan := s.pa[i/8*8*nkp:]
-			for j, x := range row {
-				if x == sdpaNegInf {
-					continue
-				}
-				e := sdpaExp(x - mi)
-				li += e
-				pan[j*8+i%8] = e
+			for j, x := range e {
+				li += x
+				pan[j*8+i%8] = x
 			}
 			l[i] += li
 		}
-		for r := 0; r < nrp; r += 8 {
+		for r := 0; r < nr; r += 8 {
 			for c := 0; c < dvp; c += 32 {
-				sgemm8x32(nkp, &s.pa[r*nkp], &s.vp[c*nkp], &at[r*dvp+c], dvp)
+				sgemmRows(nr-r, nk, &s.pa[r*nkp], &s.vp[c], dvp, &at[r*dvp+c], dvp)
 			}
 		}
 	}
 	for i := range nr {
 		copy(acc[i*dv:(i+1)*dv], at[i*dvp:i*dvp+dv])
+	}
+}
+
+// sgemmRows runs the 4-row kernel when a panel has at most 4 live rows
+// and the 8-row one otherwise (the same bits per row either way).
+func sgemmRows(n, kc int, a, b *float32, ldb int, c *float32, ldc int) {
+	if n <= 4 {
+		sgemm4x32B(kc, a, b, ldb, c, ldc)
+		return
+	}
+	sgemm8x32B(kc, a, b, ldb, c, ldc)
+}
+
+// loadValues widens the value rows of keys jb..jb+nk-1 of (b, kvh) into
+// vp, rows dvp floats apart: a run of dense rows within one segment in one
+// conversion, otherwise row by row.
+func (p *sdpaPlan) loadValues(vp []float32, b, kvh, jb, nk, dvp int) {
+	dv := p.dv
+	for j := 0; j < nk; {
+		o := p.v.row(b, kvh, jb+j)
+		if dv == dvp && p.v.rs == dv {
+			seg := (jb + j) / p.v.segLen
+			run := min(nk-j, (seg+1)*p.v.segLen-(jb+j))
+			fusedLoad(vp[j*dv:(j+run)*dv], p.v.data, o, p.v.dt)
+			j += run
+			continue
+		}
+		fusedLoad(vp[j*dvp:j*dvp+dv], p.v.data, o, p.v.dt)
+		j++
 	}
 }
 
@@ -535,11 +561,22 @@ func (p *sdpaPlan) maskScores(s *sdpaScratch, i, jb int, sc []float32) float32 {
 	if p.mask != nil {
 		p.applyMask(sc, s.mrow[i]+jb*p.mask.strides[3])
 	}
-	bm := sdpaNegInf
-	for _, x := range sc {
-		bm = max(bm, x)
+	return sdpaMax(sc)
+}
+
+// sdpaMax is the largest of sc (−∞ when empty), in four independent
+// chains: max orders −0 below +0 and lets NaN win, so any grouping gives
+// the same result.
+func sdpaMax(sc []float32) float32 {
+	m0, m1, m2, m3 := sdpaNegInf, sdpaNegInf, sdpaNegInf, sdpaNegInf
+	j := 0
+	for ; j+4 <= len(sc); j += 4 {
+		m0, m1, m2, m3 = max(m0, sc[j]), max(m1, sc[j+1]), max(m2, sc[j+2]), max(m3, sc[j+3])
 	}
-	return bm
+	for ; j < len(sc); j++ {
+		m0 = max(m0, sc[j])
+	}
+	return max(max(m0, m1), max(m2, m3))
 }
 
 // raiseMax lifts a row's running max *m to the block max bm when that is

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 
@@ -179,4 +180,40 @@ func TestSDPA(t *testing.T) {
 			fzNoLeak(t, func() { runSDPACase(t, c) })
 		}
 	})
+}
+
+// TestSgemmStridedKernels: sgemm8x32B over a row-major window of a wider B
+// gives sgemm8x32's bits over the packed panel of the same values, and
+// sgemm4x32B gives rows 0..3 those bits while leaving rows 4..7 of C as
+// they were (the attention kernels rely on both).
+func TestSgemmStridedKernels(t *testing.T) {
+	if !hasAVX512 {
+		t.Skip("no AVX-512 on this CPU: the kernels under test are not used")
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, kc := range []int{0, 1, 5, 64, 77} {
+		const ldb, ldc = 96, 40
+		a := randF32(r, kc*8+1)
+		wide := randF32(r, kc*ldb+48)
+		pan := make([]float32, kc*32+1)
+		for k := range kc {
+			copy(pan[k*32:k*32+32], wide[k*ldb+16:k*ldb+48])
+		}
+		c0 := randF32(r, 8*ldc)
+		want := append([]float32(nil), c0...)
+		sgemm8x32(kc, &a[0], &pan[0], &want[0], ldc)
+		got8 := append([]float32(nil), c0...)
+		sgemm8x32B(kc, &a[0], &wide[16], ldb, &got8[0], ldc)
+		got4 := append([]float32(nil), c0...)
+		sgemm4x32B(kc, &a[0], &wide[16], ldb, &got4[0], ldc)
+		for i := range want {
+			w := want[i]
+			if i >= 4*ldc {
+				w = c0[i] // rows 4..7 untouched by the 4-row kernel
+			}
+			if math.Float32bits(got8[i]) != math.Float32bits(want[i]) || math.Float32bits(got4[i]) != math.Float32bits(w) {
+				t.Fatalf("kc=%d element %d (row %d): 8-row %g, 4-row %g, want %g / %g", kc, i, i/ldc, got8[i], got4[i], want[i], w)
+			}
+		}
+	}
 }

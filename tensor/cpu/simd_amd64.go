@@ -59,6 +59,17 @@ func detectAVX512() bool {
 //go:noescape
 func sgemm8x32(kc int, a, b, c *float32, ldc int)
 
+// sgemm8x32B is sgemm8x32 with B's rows ldb floats apart, bit for bit.
+//
+//go:noescape
+func sgemm8x32B(kc int, a, b *float32, ldb int, c *float32, ldc int)
+
+// sgemm4x32B is sgemm8x32B for the first 4 rows of the A panel, bit for
+// bit; C rows 4..7 are left as they are.
+//
+//go:noescape
+func sgemm4x32B(kc int, a, b *float32, ldb int, c *float32, ldc int)
+
 // qdot4x4 is qdot4 for 4 consecutive rows sharing the x loads.
 //
 //go:noescape

@@ -241,7 +241,7 @@ type sdpaScratch struct {
 	// blockGemm's packed panels: queries (8-row), keys (32-column),
 	// values (rows), probabilities (8-row), and the rows' output tile
 	qa, kp, vp, pa, at []float32
-	e                 []float32 // one row's probabilities
+	e                  []float32 // one row's probabilities
 }
 
 // sdpaPool recycles the workers' scratch (a few hundred KiB each at head

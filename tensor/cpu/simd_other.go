@@ -11,7 +11,7 @@ func qdot4(w *byte, x *float32, s, b, iota *float32, ng, cpg int) float32 { pani
 func qgemm4x8(w *byte, x *float32, s, b *float32, ng, cpg int, out *float32, ldo int) {
 	panic("unreachable")
 }
-func sgemm8x32(kc int, a, b, c *float32, ldc int) { panic("unreachable") }
+func sgemm8x32(kc int, a, b, c *float32, ldc int)                    { panic("unreachable") }
 func sgemm8x32B(kc int, a, b *float32, ldb int, c *float32, ldc int) { panic("unreachable") }
 func sgemm4x32B(kc int, a, b *float32, ldb int, c *float32, ldc int) { panic("unreachable") }
 

@@ -26,6 +26,9 @@
 #   LLAMACPP_COMMIT: the llama.cpp commit the binaries were built from, printed
 #   MLXGO_BINS: a folder with prebuilt mlxgo, gguf and loadclient (for a host
 #   without Go); otherwise they are built from this checkout.
+#   MLXGO_INT8_ACTIVATIONS=1: mlxgo runs with int8 activations (as
+#   --int8-activations), the counterpart of llama.cpp's Q8 activations.
+# tools/llamacpp/debian-bins.sh prepares LLAMACPP_BIN from Debian's build.
 set -euo pipefail
 
 mode=${1:-all}
@@ -81,6 +84,7 @@ echo "flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|f
 echo "cpus: $(nproc), pin: ${PIN:-none}"
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "mlxgo: $("$bins/mlxgo" version 2>/dev/null | head -1 || echo '?')"
+echo "mlxgo int8 activations: ${MLXGO_INT8_ACTIVATIONS:-0}"
 echo "llama.cpp: ${LLAMACPP_COMMIT:-commit not given (set LLAMACPP_COMMIT)} in $LLAMACPP_BIN"
 
 echo "== models (in $WORK)"

@@ -10,11 +10,12 @@
 # The packages need a newer C library than an older host has, so they and the
 # runtime libraries they link (libc6, libstdc++6, libgomp1, libssl3t64, ...)
 # are unpacked under DIR/root, never installed. Each tool gets its ELF
-# interpreter and library path pointed there (patchelf) and a wrapper
-# DIR/bin/NAME that compare.sh runs. ggml looks for its CPU backends in the
+# interpreter pointed there (patchelf) and a wrapper DIR/bin/NAME, which
+# compare.sh runs, that sets the library path to the unpacked libraries. ggml looks for its CPU backends in the
 # folder compiled into it; when that folder does not exist on this host, it
 # becomes a link to the unpacked one (this needs write access there, usually
-# root). The archive used is the first one this host's apt sources name.
+# root). The archive used is the first one this host's apt sources name;
+# DIR/VERSION holds the package version, for compare.sh's LLAMACPP_COMMIT.
 # Nothing is built and nothing of it goes into the repository.
 set -euo pipefail
 dir=${1:?usage: debian-bins.sh DIR [SUITE]}
@@ -46,7 +47,7 @@ interp=$(find "$root" -name 'ld-linux-x86-64.so.2' -path '*lib64*' | head -1)
 mkdir -p "$dir/bin" "$dir/real"
 for b in llama-bench llama-quantize llama-server; do
 	cp "$root/usr/bin/$b" "$dir/real/$b"
-	patchelf --set-interpreter "$interp" --set-rpath "$lib/llama:$lib" "$dir/real/$b"
+	patchelf --set-interpreter "$interp" "$dir/real/$b"
 	printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$lib/llama:$lib" "$dir/real/$b" >"$dir/bin/$b"
 	chmod +x "$dir/bin/$b"
 done

@@ -7,6 +7,7 @@ import (
 	"github.com/mlxgo/mlxgo/lora"
 	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/tensor"
+	"github.com/mlxgo/mlxgo/tensor/cpu"
 )
 
 // adapterUsage is the help of --adapter-path, shared by the verbs that
@@ -32,6 +33,9 @@ func loadModelAdapters(dir, backend string, copyWeights bool, adapters []string,
 	for _, id := range m.Host().IDs() {
 		mt, _ := m.Host().Mounted(id)
 		fmt.Fprintf(stderr, "mlxgo: adapter %s\n", lora.Describe(mt))
+	}
+	if be.Name() == "cpu" && cpu.Int8Activations() {
+		prepackInt8(m, stderr)
 	}
 	return m, be, nil
 }

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/mlxgo/mlxgo/mlxffi"
 	"github.com/mlxgo/mlxgo/model"
@@ -65,9 +67,11 @@ func chooseBackend(name string, stderr io.Writer) (tensor.Backend, error) {
 	if why != "" {
 		fmt.Fprintf(stderr, "mlxgo: using the CPU backend (%s)\n", why)
 	}
+	// the switch is process-wide: set it from this verb's flag either way,
+	// so that an earlier verb run in the same process does not leave it on
+	cpu.SetInt8Activations(int8Activations && cpu.Int8ActivationsSupported())
 	if int8Activations {
 		if cpu.Int8ActivationsSupported() {
-			cpu.SetInt8Activations(true)
 			fmt.Fprintln(stderr, "mlxgo: int8 activations for 4- and 8-bit weights (--int8-activations)")
 		} else {
 			fmt.Fprintln(stderr, "mlxgo: --int8-activations: this CPU has no AVX512_VNNI; float activations are used")
@@ -81,8 +85,8 @@ var int8Activations bool
 
 // int8Flag registers --int8-activations on a verb's flags.
 func int8Flag(fl *pflag.FlagSet) {
-	fl.BoolVar(&int8Activations, "int8-activations", false,
-		"CPU backend: quantize activations to int8 per weight group for 4- and 8-bit weights (AVX512_VNNI; faster, not bit-identical to the float path; rows stay batch-invariant)")
+	fl.BoolVar(&int8Activations, "int8-activations", os.Getenv("MLXGO_INT8_ACTIVATIONS") == "1",
+		"CPU backend: quantize activations to int8 per weight group for 4- and 8-bit weights (AVX512_VNNI; faster, not bit-identical to the float path; rows stay batch-invariant; default on when MLXGO_INT8_ACTIVATIONS=1)")
 }
 
 // loadModel opens the --backend backend, makes it the default one, and
@@ -97,7 +101,47 @@ func loadModel(dir, backend string, copyWeights bool, stderr io.Writer) (model.M
 	if err != nil {
 		return nil, nil, err
 	}
+	if be.Name() == "cpu" && cpu.Int8Activations() {
+		prepackInt8(m, stderr)
+	}
 	return m, be, nil
+}
+
+// prepackInt8 runs one token through m so that every quantized weight the
+// text path reads is repacked for the int8 kernels now, at load, rather
+// than inside the first request (seconds on a 1B model); weights only
+// some inputs reach (MoE experts, vision and audio towers) are still
+// packed on first use. A failure is reported and leaves that to the first
+// request.
+func prepackInt8(m model.Model, stderr io.Writer) {
+	t0 := time.Now()
+	var ferr error
+	err := tensor.Try(func() {
+		sc := tensor.NewScope()
+		defer sc.Close()
+		caches := m.MakeCaches()
+		defer model.FreeCaches(caches)
+		h, err := m.Forward(tensor.FromInt32([]int32{0}, []int{1, 1}), caches, nil)
+		if err != nil {
+			ferr = err
+			return
+		}
+		lg, err := m.Logits(h)
+		if err != nil {
+			ferr = err
+			return
+		}
+		tensor.Free(h, lg)
+	})
+	if err == nil {
+		err = ferr
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "mlxgo: int8 repack at load failed (%v); weights are repacked on first use\n", err)
+		return
+	}
+	n, b := cpu.Int8Packs()
+	fmt.Fprintf(stderr, "mlxgo: int8: %d weight matrices repacked at load (%s) in %.2f s\n", n, fmtBytes(b), time.Since(t0).Seconds())
 }
 
 // eosIDs are the ids that end generation: the model's EOS ids, then the

@@ -26,7 +26,12 @@ import (
 //
 // The weights are repacked on first use into 16-row interleaved blocks
 // (q8pack), kept beside the checkpoint's own bytes for as long as they
-// live; the checkpoint's pages are then no longer read by these products.
+// live; the checkpoint's pages are then no longer read by these products,
+// so when they are borrowed (a checkpoint's read-only mmap) the kernel is
+// asked to reclaim the codes' pages after the repack (dropPages): the
+// resident set then holds the pack instead of both. Anything that reads
+// the codes later (an embedding lookup of a tied matrix, say) faults the
+// pages it touches back in from the file.
 
 // int8Act is the process-wide switch; MLXGO_INT8_ACTIVATIONS=1 sets it at
 // start.
@@ -82,7 +87,7 @@ type q8key struct {
 // q8entry builds a pack once.
 type q8entry struct {
 	once sync.Once
-	p    *q8pack
+	p    atomic.Pointer[q8pack] // set once built (Int8Packs reads it meanwhile)
 }
 
 // q8packs are the packs built for each buffer, dropped with it.
@@ -110,8 +115,8 @@ func q8For(w qmat) *q8pack {
 		byBuf[k] = e
 	}
 	q8packs.Unlock()
-	e.once.Do(func() { e.p = q8Build(w) })
-	return e.p
+	e.once.Do(func() { e.p.Store(q8Build(w)) })
+	return e.p.Load()
 }
 
 // q8Forget releases the packs of a buffer whose last reference dropped.
@@ -122,10 +127,27 @@ func q8Forget(b *buffer) {
 	q8packs.Unlock()
 	for _, e := range byBuf {
 		e.once.Do(func() {}) // a build in flight has finished
-		if e.p != nil {
-			e.p.buf.drop()
+		if p := e.p.Load(); p != nil {
+			p.buf.drop()
 		}
 	}
+}
+
+// Int8Packs reports the int8 repacks alive in this process: how many
+// weight matrices have one and their bytes (memory held beside the
+// checkpoint's own, see SetInt8Activations).
+func Int8Packs() (packs int, bytes int64) {
+	q8packs.Lock()
+	defer q8packs.Unlock()
+	for _, m := range q8packs.m {
+		for _, e := range m {
+			if p := e.p.Load(); p != nil {
+				packs++
+				bytes += int64(len(p.buf.data))
+			}
+		}
+	}
+	return packs, bytes
 }
 
 // q8PackCount returns how many packs are alive (for leak tests).
@@ -197,6 +219,9 @@ func q8Build(w qmat) *q8pack {
 			}
 		}
 	})
+	if w.owner.readOnly {
+		dropPages(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w.words))), 4*len(w.words)))
+	}
 	return p
 }
 

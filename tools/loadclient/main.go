@@ -130,7 +130,10 @@ func run(c config) (map[string]any, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	endpoint := u.JoinPath("/v1/completions").String()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.concurrency, DisableCompression: true}}
+	// a fresh connection per request: a server that closes idle keep-alive
+	// connections (llama-server does, after seconds) would otherwise fail a
+	// POST sent on one it has just closed ("server closed idle connection")
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DisableCompression: true}}
 	n := 0
 	prompt := func() []int {
 		r := rand.New(rand.NewPCG(c.seed, uint64(n)))

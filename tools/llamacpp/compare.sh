@@ -65,8 +65,10 @@ SERVE_REQUESTS=${SERVE_REQUESTS:-16}
 CONCURRENCY=${CONCURRENCY:-8}
 PIN=${PIN:-}
 MLX_DTYPE=${MLX_DTYPE:-bfloat16}
-mkdir -p "$WORK/bin" "$WORK/log"
-results=$WORK/results-$(date -u +%Y%m%dT%H%M%S).tsv
+stamp=$(date -u +%Y%m%dT%H%M%S)
+logs=$WORK/log/$stamp # one folder per run, so a later run keeps an earlier one's logs
+mkdir -p "$WORK/bin" "$logs"
+results=$WORK/results-$stamp.tsv
 
 if [[ -n "${MLXGO_BINS:-}" ]]; then
 	bins=$MLXGO_BINS
@@ -91,7 +93,7 @@ echo "== models (in $WORK)"
 [[ -f $WORK/llama1b/model.safetensors ]] || "$bins/gguf" random-llama -out "$WORK/llama1b"
 [[ -f $WORK/f16.gguf ]] || "$bins/gguf" convert -in "$WORK/llama1b" -out "$WORK/f16.gguf"
 for q in $QUANTS; do
-	[[ -f $WORK/q${q}_0.gguf ]] || "$LLAMACPP_BIN/llama-quantize" --pure "$WORK/f16.gguf" "$WORK/q${q}_0.gguf" "Q${q}_0" >"$WORK/log/quantize$q.log" 2>&1
+	[[ -f $WORK/q${q}_0.gguf ]] || "$LLAMACPP_BIN/llama-quantize" --pure "$WORK/f16.gguf" "$WORK/q${q}_0.gguf" "Q${q}_0" >"$logs/quantize$q.log" 2>&1
 	[[ -f $WORK/mlx$q/model.safetensors ]] || "$bins/mlxgo" convert --hf-path "$WORK/llama1b" --mlx-path "$WORK/mlx$q" -q --q-bits "$q" --q-group-size 64 --dtype "$MLX_DTYPE" >/dev/null
 	"$bins/gguf" info "$WORK/q${q}_0.gguf" | tail -1 | sed "s/^ */llama.cpp Q${q}_0: /"
 	echo "mlxgo ${q}-bit g64: $(du -b "$WORK/mlx$q/model.safetensors" | cut -f1) bytes"
@@ -104,7 +106,7 @@ peak_kb() { awk -F: '/Maximum resident/ {gsub(/ /, "", $2); print $2}' "$1"; }
 record() { printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"$results"; }
 
 llama_bench_run() { # QUANT THREADS ROUND
-	local q=$1 t=$2 r=$3 log=$WORK/log/llama-q$1-t$2-r$3
+	local q=$1 t=$2 r=$3 log=$logs/llama-q$1-t$2-r$3
 	$PIN "$TIME_BIN" -v -o "$log.pp.time" "$LLAMACPP_BIN/llama-bench" -m "$WORK/q${q}_0.gguf" -t "$t" -p "$PP" -n 0 -r 1 -o jsonl >"$log.pp.json" 2>"$log.pp.err"
 	$PIN "$TIME_BIN" -v -o "$log.tg.time" "$LLAMACPP_BIN/llama-bench" -m "$WORK/q${q}_0.gguf" -t "$t" -p 0 -n "$TG" -d "$PP" -r 1 -o jsonl >"$log.tg.json" 2>"$log.tg.err"
 	record llama.cpp "$q" "$t" prefill_tps "$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["avg_ts"])' "$log.pp.json")"
@@ -113,7 +115,7 @@ llama_bench_run() { # QUANT THREADS ROUND
 }
 
 mlxgo_bench_run() { # QUANT THREADS ROUND
-	local q=$1 t=$2 r=$3 log=$WORK/log/mlxgo-q$1-t$2-r$3
+	local q=$1 t=$2 r=$3 log=$logs/mlxgo-q$1-t$2-r$3
 	GOMAXPROCS=$t $PIN "$TIME_BIN" -v -o "$log.time" "$bins/mlxgo" bench --model "$WORK/mlx$q" -p "$PP" -g "$TG" -n 1 --json >"$log.json" 2>"$log.err"
 	record mlxgo "$q" "$t" prefill_tps "$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["trials"][0]["prompt_tps"])' "$log.json")"
 	record mlxgo "$q" "$t" decode_tps "$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["trials"][0]["generation_tps"])' "$log.json")"
@@ -130,7 +132,7 @@ wait_ready() { # URL PID: until URL answers 200 or the server exits (at most 300
 }
 
 serve_run() { # ENGINE ROUND
-	local e=$1 r=$2 port=$((18080 + RANDOM % 1000)) log=$WORK/log/serve-$1-r$2 pid
+	local e=$1 r=$2 port=$((18080 + RANDOM % 1000)) log=$logs/serve-$1-r$2 pid
 	if [[ $e == llama.cpp ]]; then
 		$PIN "$TIME_BIN" -v -o "$log.time" "$LLAMACPP_BIN/llama-server" -m "$WORK/q4_0.gguf" -t 2 -tb 2 --parallel "$CONCURRENCY" \
 			-c $((CONCURRENCY * (SERVE_PROMPT + SERVE_TOKENS + 64))) --host 127.0.0.1 --port "$port" >"$log.err" 2>&1 &
@@ -189,7 +191,7 @@ profile() {
 		echo "profile: perf is not installed; skipped"
 		return 0
 	fi
-	local p=$WORK/log/perf
+	local p=$logs/perf
 	$PIN perf record -e cpu-clock -F 999 -o "$p-llama.data" -- "$LLAMACPP_BIN/llama-bench" -m "$WORK/q4_0.gguf" -t 2 -p 0 -n "$TG" -d "$PP" -r 1 >/dev/null 2>&1
 	GOMAXPROCS=2 $PIN perf record -e cpu-clock -F 999 -o "$p-mlxgo.data" -- "$bins/mlxgo" bench --model "$WORK/mlx4" -p "$PP" -g "$TG" -n 1 >/dev/null 2>&1
 	for e in llama mlxgo; do

@@ -7,7 +7,6 @@ import (
 	"github.com/mlxgo/mlxgo/lora"
 	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/tensor"
-	"github.com/mlxgo/mlxgo/tensor/cpu"
 )
 
 // adapterUsage is the help of --adapter-path, shared by the verbs that
@@ -34,8 +33,6 @@ func loadModelAdapters(dir, backend string, copyWeights bool, adapters []string,
 		mt, _ := m.Host().Mounted(id)
 		fmt.Fprintf(stderr, "mlxgo: adapter %s\n", lora.Describe(mt))
 	}
-	if be.Name() == "cpu" && cpu.Int8Activations() {
-		prepackInt8(m, stderr)
-	}
+	prepackInt8(m, be, stderr)
 	return m, be, nil
 }

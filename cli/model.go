@@ -101,19 +101,21 @@ func loadModel(dir, backend string, copyWeights bool, stderr io.Writer) (model.M
 	if err != nil {
 		return nil, nil, err
 	}
-	if be.Name() == "cpu" && cpu.Int8Activations() {
-		prepackInt8(m, stderr)
-	}
+	prepackInt8(m, be, stderr)
 	return m, be, nil
 }
 
-// prepackInt8 runs one token through m so that every quantized weight the
+// prepackInt8, when int8 activations are on for the CPU backend be, runs
+// one token through m so that every quantized weight the
 // text path reads is repacked for the int8 kernels now, at load, rather
 // than inside the first request (seconds on a 1B model); weights only
 // some inputs reach (MoE experts, vision and audio towers) are still
 // packed on first use. A failure is reported and leaves that to the first
 // request.
-func prepackInt8(m model.Model, stderr io.Writer) {
+func prepackInt8(m model.Model, be tensor.Backend, stderr io.Writer) {
+	if be.Name() != "cpu" || !cpu.Int8Activations() {
+		return
+	}
 	t0 := time.Now()
 	var ferr error
 	err := tensor.Try(func() {
@@ -126,12 +128,7 @@ func prepackInt8(m model.Model, stderr io.Writer) {
 			ferr = err
 			return
 		}
-		lg, err := m.Logits(h)
-		if err != nil {
-			ferr = err
-			return
-		}
-		tensor.Free(h, lg)
+		_, ferr = m.Logits(h) // the scope frees what the pass made
 	})
 	if err == nil {
 		err = ferr

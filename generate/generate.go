@@ -83,10 +83,11 @@ const DefaultMaxTokens = 256
 
 // DefaultPrefillChunkSize is the prefill chunk when Options.PrefillChunkSize
 // is 0. mlx-lm's prefill_step_size is 2048; on the CPU backend 512 prefills
-// a 2048-token prompt as fast (92–106 tok/s against 92–93 for one 2048
-// chunk, 1B 4-bit, two threads) and peaks 0.7 GB lower in RSS (1.18 GB
-// against 1.87: a chunk's float32 activations and the kernels' scratch
-// scale with it), so 512 (llama.cpp's micro-batch) is the default. Chunk
+// a 2048-token prompt as fast (92.7–105.5 tok/s over three runs against
+// 83.8–93.4 over five for one 2048 chunk, 1B 4-bit, two threads) and peaks
+// about 0.7 GB lower in RSS (1.18 GB against 1.85–1.95: a chunk's float32
+// activations and the kernels' scratch scale with it), so 512 (llama.cpp's
+// micro-batch) is the default. Chunk
 // sizes do not change results (every position's logits are bit-identical
 // at any chunking). Not measured on MLX.
 const DefaultPrefillChunkSize = 512

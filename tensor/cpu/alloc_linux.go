@@ -40,7 +40,7 @@ func dropPages(b []byte) {
 	if len(b) == 0 {
 		return
 	}
-	const page = 4096
+	page := uintptr(syscall.Getpagesize())
 	base := uintptr(unsafe.Pointer(&b[0]))
 	start := (base + page - 1) &^ (page - 1)
 	end := (base + uintptr(len(b))) &^ (page - 1)

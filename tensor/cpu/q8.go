@@ -150,17 +150,6 @@ func Int8Packs() (packs int, bytes int64) {
 	return packs, bytes
 }
 
-// q8PackCount returns how many packs are alive (for leak tests).
-func q8PackCount() int {
-	q8packs.Lock()
-	defer q8packs.Unlock()
-	n := 0
-	for _, m := range q8packs.m {
-		n += len(m)
-	}
-	return n
-}
-
 // q8Build repacks w (see q8pack).
 func q8Build(w qmat) *q8pack {
 	ng, wpr := w.groups(), w.wordsPerRow()

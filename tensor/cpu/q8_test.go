@@ -66,7 +66,8 @@ func TestQ8Exact(t *testing.T) {
 	}
 	defer SetInt8Activations(Int8Activations())
 	SetInt8Activations(true)
-	live, packs := tensor.LiveArrays(), q8PackCount()
+	live := tensor.LiveArrays()
+	packs, _ := Int8Packs()
 	r := rand.New(rand.NewPCG(5, 8))
 	for _, dt := range []tensor.DType{tensor.BFloat16, tensor.Float16, tensor.Float32} {
 		for _, bits := range []int{4, 8} {
@@ -82,8 +83,8 @@ func TestQ8Exact(t *testing.T) {
 	if d := tensor.LiveArrays() - live; d != 0 {
 		t.Errorf("%d arrays leaked", d)
 	}
-	if d := q8PackCount() - packs; d != 0 {
-		t.Errorf("%d int8 packs outlived their weights", d)
+	if n, _ := Int8Packs(); n != packs {
+		t.Errorf("%d int8 packs outlived their weights", n-packs)
 	}
 }
 

@@ -13,7 +13,8 @@ import (
 // (prompt cache included) is capped at 4 MiB: the pool never holds more
 // than its budget, and the process's resident memory after the second
 // half of the requests is within 16 MiB of what it was after the first
-// half (it levels off instead of growing with every prompt). (/stats
+// half (it levels off instead of growing with every prompt; not checked
+// under the race detector, whose own memory grows). (/stats
 // reports that resident set itself, as memory.rss_bytes.)
 func TestUniquePromptsRSSLevelsOff(t *testing.T) {
 	if memoryStats().RSSBytes == 0 {
@@ -75,6 +76,12 @@ func TestUniquePromptsRSSLevelsOff(t *testing.T) {
 	}
 	if st.Batch.KVBytes > st.Batch.KVBudgetBytes {
 		t.Errorf("the pool holds %d bytes, over its budget of %d", st.Batch.KVBytes, st.Batch.KVBudgetBytes)
+	}
+	if raceEnabled {
+		// the race detector's shadow memory and goroutine histories grow
+		// with every request of their own accord (22.9 MiB over 200 in one
+		// CI run); the level-off is checked by the run without it
+		return
 	}
 	if end-half > 16<<20 {
 		t.Errorf("resident memory grew by %.1f MiB over the second %d requests", float64(end-half)/(1<<20), total/2)

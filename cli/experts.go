@@ -124,6 +124,7 @@ func loadModelOpts(dir, backend string, copyWeights bool, adapters []string, es 
 	} else {
 		fmt.Fprintf(stderr, "mlxgo: streaming %d experts (%s) through a %s cache\n", st.Experts, fmtBytes(st.TotalBytes), fmtBytes(st.BudgetBytes))
 	}
+	prepackInt8(m, be, stderr)
 	return m, be, nil
 }
 

@@ -69,7 +69,8 @@ func writeWideLlama(t *testing.T) string {
 
 // TestInt8RepackAtLoad: --int8-activations repacks every matrix the text
 // path reads while the model loads (the line names how many: the 8 of
-// this model), the packs go with the model when the verb ends, and a
+// this model), on the generate verbs' and the server's load paths alike;
+// the packs go with the model when the verb ends, and a
 // later verb without the flag in the same process runs with float
 // activations again.
 func TestInt8RepackAtLoad(t *testing.T) {
@@ -91,6 +92,22 @@ func TestInt8RepackAtLoad(t *testing.T) {
 	if n, b := cpu.Int8Packs(); n != 0 {
 		t.Errorf("%d int8 packs (%d bytes) outlive the verb's model", n, b)
 	}
+	// the server's load path (serve repacked inside its first request)
+	defer func(on bool) { int8Activations = on }(int8Activations)
+	int8Activations = true
+	var serr strings.Builder
+	lm, _, err := loadServeModel(q, "cpu", false, nil, nil, &serr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := cpu.Int8Packs(); n != 8 || !strings.Contains(serr.String(), "int8: 8 weight matrices repacked at load") {
+		t.Errorf("serve's load: %d packs, stderr %q", n, serr.String())
+	}
+	lm.Close()
+	if n, _ := cpu.Int8Packs(); n != 0 {
+		t.Errorf("%d int8 packs outlive the server's model", n)
+	}
+	int8Activations = false
 	code, _, errs = run(t, "bench", "--model", q, "-p", "6", "-g", "3", "-n", "1", "--backend", "cpu")
 	if code != 0 {
 		t.Fatalf("bench: exit %d: %s", code, errs)

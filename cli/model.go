@@ -117,6 +117,7 @@ func prepackInt8(m model.Model, be tensor.Backend, stderr io.Writer) {
 		return
 	}
 	t0 := time.Now()
+	n0, b0 := cpu.Int8Packs() // another model's (a speculative target's) packs
 	var ferr error
 	err := tensor.Try(func() {
 		sc := tensor.NewScope()
@@ -138,7 +139,7 @@ func prepackInt8(m model.Model, be tensor.Backend, stderr io.Writer) {
 		return
 	}
 	n, b := cpu.Int8Packs()
-	fmt.Fprintf(stderr, "mlxgo: int8: %d weight matrices repacked at load (%s) in %.2f s\n", n, fmtBytes(b), time.Since(t0).Seconds())
+	fmt.Fprintf(stderr, "mlxgo: int8: %d weight matrices repacked at load (%s) in %.2f s\n", n-n0, fmtBytes(b-b0), time.Since(t0).Seconds())
 }
 
 // eosIDs are the ids that end generation: the model's EOS ids, then the

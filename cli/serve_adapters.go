@@ -38,5 +38,6 @@ func loadServeModel(dir, backend string, copyWeights bool, adapters []string, es
 			fmt.Fprintf(stderr, "mlxgo: streaming %d experts (%s) through a %s cache\n", st.Experts, fmtBytes(st.TotalBytes), fmtBytes(st.BudgetBytes))
 		}
 	}
+	prepackInt8(m, be, stderr)
 	return m, be, nil
 }

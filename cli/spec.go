@@ -174,6 +174,7 @@ func (f *specFlags) build(target model.Model, targetDir string, tok *tokenizer.T
 		dm.Close()
 		return nil, closeFn, err
 	}
+	prepackInt8(dm, be, stderr)
 	sp.Draft = generate.Wrap(dm, dm.Info().Vocab)
 	return sp, func() { dm.Close() }, nil
 }

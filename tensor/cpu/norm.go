@@ -56,8 +56,25 @@ func fusedRoundRow(v []float32, dt tensor.DType) {
 		roundRowF16(v)
 		return
 	}
+	if dt == tensor.BFloat16 && hasAVX512 && len(v) >= 16 {
+		roundRowBF16(v)
+		return
+	}
 	for i := range v {
 		v[i] = tensor.RoundTo(v[i], dt)
+	}
+}
+
+// roundRowBF16 rounds v to bfloat16 and back in place, bit for bit as
+// tensor.RoundTo (storeBF16 is tensor.F32ToBF16 exactly, widening is
+// exact), a block at a time through a stack buffer.
+func roundRowBF16(v []float32) {
+	var h [512]uint16
+	for len(v) > 0 {
+		c := v[:min(len(v), len(h))]
+		storeBF16(h[:len(c)], c)
+		cvtBF16ToF32(c, h[:len(c)])
+		v = v[len(c):]
 	}
 }
 

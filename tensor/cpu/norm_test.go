@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -152,4 +153,28 @@ func TestLayerNorm(t *testing.T) {
 		fzClose(t, "bf16", gb.Float32s(), refLayerNorm(fzRound(xv, tensor.BFloat16), nil, nil, d, 1e-5), 1e-2, 1.0/128)
 		tensor.Free(x, w, b, xb, gb)
 	})
+}
+
+// TestFusedRoundRowBF16 holds the vector bfloat16 rounding of rows
+// (roundRowBF16) to tensor.RoundTo bit for bit: ties both ways, NaNs with
+// payloads, infinities, subnormals and random bits, over more than one
+// stack block and with a tail shorter than a vector.
+func TestFusedRoundRowBF16(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	bitsIn := []uint32{0, 0x80000000, 0x3f808000, 0x3f818000, 0x3f807fff, 0x3f808001, 0x7f800000, 0xff800000,
+		0x7fc00000, 0x7f800001, 0xff800001, 0xffffffff, 0x7f7fffff, 0xff7fffff, 0x00000001, 0x00018000}
+	for len(bitsIn) < 1300 {
+		bitsIn = append(bitsIn, r.Uint32())
+	}
+	v := make([]float32, len(bitsIn))
+	for i, b := range bitsIn {
+		v[i] = math.Float32frombits(b)
+	}
+	fusedRoundRow(v, tensor.BFloat16)
+	for i, b := range bitsIn {
+		want := tensor.RoundTo(math.Float32frombits(b), tensor.BFloat16)
+		if math.Float32bits(v[i]) != math.Float32bits(want) {
+			t.Fatalf("%#08x: got %#08x, want %#08x", b, math.Float32bits(v[i]), math.Float32bits(want))
+		}
+	}
 }

@@ -288,7 +288,9 @@ func q8Run(out, x []float32, rows int, w qmat) {
 	sp := q8Stage.get((rows*ldx + 3) / 4)
 	defer q8Stage.put(sp)
 	xq := unsafe.Slice((*byte)(unsafe.Pointer(&(*sp)[0])), rows*ldx)
-	parallelFor(rows, 16, func(lo, hi int) {
+	// a row is a few microseconds: a batched decode's 8 rows split over
+	// the workers instead of running on the caller alone
+	parallelFor(rows, 2, func(lo, hi int) {
 		for m := lo; m < hi; m++ {
 			q8Quantize(xq[m*ldx:(m+1)*ldx], x[m*k:(m+1)*k], gs)
 		}

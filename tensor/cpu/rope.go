@@ -100,7 +100,8 @@ func (be *Backend) RoPE(x *tensor.Array, o tensor.RoPEOptions) *tensor.Array {
 	parallelFor(len(rows), max(1, 4096/max(d, 1)), func(lo, hi int) {
 		row := make([]float32, d)
 		var pa, pb, pe, pf []float32
-		if dt == tensor.Float16 {
+		vec := dt == tensor.Float16 || dt == tensor.BFloat16 && hasAVX512
+		if vec {
 			pa, pb, pe, pf = make([]float32, half), make([]float32, half), make([]float32, half), make([]float32, half)
 		}
 		for r := lo; r < hi; r++ {
@@ -111,7 +112,7 @@ func (be *Backend) RoPE(x *tensor.Array, o tensor.RoPEOptions) *tensor.Array {
 			}
 			tb := (b*t + r%t) * half
 			c, s := cos[tb:tb+half], sin[tb:tb+half]
-			if dt == tensor.Float16 {
+			if vec {
 				// the same products and roundings as below, the
 				// roundings done a row at a time (vectorized)
 				for i := range half {

@@ -107,7 +107,6 @@ func TestInt8RepackAtLoad(t *testing.T) {
 	if n, _ := cpu.Int8Packs(); n != 0 {
 		t.Errorf("%d int8 packs outlive the server's model", n)
 	}
-	int8Activations = false
 	code, _, errs = run(t, "bench", "--model", q, "-p", "6", "-g", "3", "-n", "1", "--backend", "cpu")
 	if code != 0 {
 		t.Fatalf("bench: exit %d: %s", code, errs)

@@ -53,11 +53,11 @@ func fusedRoundRow(v []float32, dt tensor.DType) {
 		return
 	}
 	if dt == tensor.Float16 && (hasAVX512 || hasAVX2) && len(v) >= 8 {
-		roundRowF16(v)
+		roundRow16(v, storeF16, loadF16)
 		return
 	}
 	if dt == tensor.BFloat16 && hasAVX512 && len(v) >= 16 {
-		roundRowBF16(v)
+		roundRow16(v, storeBF16, cvtBF16ToF32)
 		return
 	}
 	for i := range v {
@@ -65,28 +65,16 @@ func fusedRoundRow(v []float32, dt tensor.DType) {
 	}
 }
 
-// roundRowBF16 rounds v to bfloat16 and back in place, bit for bit as
-// tensor.RoundTo (storeBF16 is tensor.F32ToBF16 exactly, widening is
-// exact), a block at a time through a stack buffer.
-func roundRowBF16(v []float32) {
+// roundRow16 rounds v to a 16-bit float type and back in place, a block at
+// a time through a stack buffer: store narrows (storeF16, storeBF16: bit
+// for bit tensor.F32ToF16 and F32ToBF16) and load widens exactly, so the
+// result is tensor.RoundTo's.
+func roundRow16(v []float32, store func([]uint16, []float32), load func([]float32, []uint16)) {
 	var h [512]uint16
 	for len(v) > 0 {
 		c := v[:min(len(v), len(h))]
-		storeBF16(h[:len(c)], c)
-		cvtBF16ToF32(c, h[:len(c)])
-		v = v[len(c):]
-	}
-}
-
-// roundRowF16 rounds v to float16 and back in place, bit for bit as
-// tensor.RoundTo (storeF16 and loadF16 are tensor.F32ToF16 and
-// tensor.F16ToF32 exactly), a block at a time through a stack buffer.
-func roundRowF16(v []float32) {
-	var h [512]uint16
-	for len(v) > 0 {
-		c := v[:min(len(v), len(h))]
-		storeF16(h[:len(c)], c)
-		loadF16(c, h[:len(c)])
+		store(h[:len(c)], c)
+		load(c, h[:len(c)])
 		v = v[len(c):]
 	}
 }

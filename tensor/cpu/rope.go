@@ -99,11 +99,7 @@ func (be *Backend) RoPE(x *tensor.Array, o tensor.RoPEOptions) *tensor.Array {
 	perBatch := len(rows) / batch
 	parallelFor(len(rows), max(1, 4096/max(d, 1)), func(lo, hi int) {
 		row := make([]float32, d)
-		var pa, pb, pe, pf []float32
-		vec := dt == tensor.Float16 || dt == tensor.BFloat16 && hasAVX512
-		if vec {
-			pa, pb, pe, pf = make([]float32, half), make([]float32, half), make([]float32, half), make([]float32, half)
-		}
+		pa, pb, pe, pf := make([]float32, half), make([]float32, half), make([]float32, half), make([]float32, half)
 		for r := lo; r < hi; r++ {
 			fusedLoad(row, xi.buf.data, rows[r], dt)
 			b := 0
@@ -112,47 +108,30 @@ func (be *Backend) RoPE(x *tensor.Array, o tensor.RoPEOptions) *tensor.Array {
 			}
 			tb := (b*t + r%t) * half
 			c, s := cos[tb:tb+half], sin[tb:tb+half]
-			if vec {
-				// the same products and roundings as below, the
-				// roundings done a row at a time (vectorized)
-				for i := range half {
-					j1, j2 := i, i+half
-					if o.Traditional {
-						j1, j2 = 2*i, 2*i+1
-					}
-					x1, x2 := row[j1], row[j2]
-					pa[i] = float32(x1 * c[i])
-					pb[i] = float32(x2 * s[i])
-					pe[i] = float32(x1 * s[i])
-					pf[i] = float32(x2 * c[i])
-				}
-				fusedRoundRow(pa, dt)
-				fusedRoundRow(pb, dt)
-				fusedRoundRow(pe, dt)
-				fusedRoundRow(pf, dt)
-				for i := range half {
-					j1, j2 := i, i+half
-					if o.Traditional {
-						j1, j2 = 2*i, 2*i+1
-					}
-					row[j1] = pa[i] - pb[i]
-					row[j2] = pe[i] + pf[i]
-				}
-				fusedStore(om.buf.data, om.off+r*d, row, dt)
-				continue
-			}
+			// each product rounded to x's dtype (a row at a time,
+			// vectorized; nothing for float32), then the sums
 			for i := range half {
 				j1, j2 := i, i+half
 				if o.Traditional {
 					j1, j2 = 2*i, 2*i+1
 				}
 				x1, x2 := row[j1], row[j2]
-				a := tensor.RoundTo(float32(x1*c[i]), dt)
-				bb := tensor.RoundTo(float32(x2*s[i]), dt)
-				e := tensor.RoundTo(float32(x1*s[i]), dt)
-				f := tensor.RoundTo(float32(x2*c[i]), dt)
-				row[j1] = a - bb
-				row[j2] = e + f
+				pa[i] = float32(x1 * c[i])
+				pb[i] = float32(x2 * s[i])
+				pe[i] = float32(x1 * s[i])
+				pf[i] = float32(x2 * c[i])
+			}
+			fusedRoundRow(pa, dt)
+			fusedRoundRow(pb, dt)
+			fusedRoundRow(pe, dt)
+			fusedRoundRow(pf, dt)
+			for i := range half {
+				j1, j2 := i, i+half
+				if o.Traditional {
+					j1, j2 = 2*i, 2*i+1
+				}
+				row[j1] = pa[i] - pb[i]
+				row[j2] = pe[i] + pf[i]
 			}
 			fusedStore(om.buf.data, om.off+r*d, row, dt)
 		}

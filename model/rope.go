@@ -79,13 +79,11 @@ func (r *Rope) ApplySpans(x *tensor.Array, spans []kv.Span) *tensor.Array {
 	if len(spans) == 1 {
 		return r.Apply(x, spans[0].Offset)
 	}
-	sc := tensor.NewScope()
-	defer sc.Close()
-	parts := make([]*tensor.Array, len(spans))
+	ts := make([]tensor.RoPESpan, len(spans))
 	for i, s := range spans {
-		parts[i] = r.Apply(tensor.SliceAxis(x, 2, s.Start, s.Start+s.Len), s.Offset)
+		ts[i] = tensor.RoPESpan(s)
 	}
-	return sc.Keep(tensor.Concatenate(parts, 2))
+	return tensor.RoPESpans(x, tensor.RoPEOptions{Dims: r.Dims, Traditional: r.Traditional, Base: r.Base, Scale: r.Scale, Freqs: r.Freqs}, ts)
 }
 
 // NewRope builds the rope for dims rotated features: "default" and

@@ -42,6 +42,13 @@ func LayerNorm(x, w, b *Array, eps float32) *Array {
 
 // RoPE applies rotary position embedding to x [..., T, D]; see RoPEOptions.
 func RoPE(x *Array, o RoPEOptions) *Array {
+	ropeCheck(x, &o)
+	return x.be.RoPE(x, o)
+}
+
+// ropeCheck refuses RoPE arguments that do not fit x and fills in the
+// default scale.
+func ropeCheck(x *Array, o *RoPEOptions) {
 	sameBackend("RoPE", x, o.OffsetArr, o.Freqs)
 	if x.NDim() < 2 || !x.dtype.IsFloat() {
 		throw("RoPE", ErrShape, "input %s%v (want float [..., T, D])", x.dtype, x.shape)
@@ -65,7 +72,54 @@ func RoPE(x *Array, o RoPEOptions) *Array {
 			throw("RoPE", ErrShape, "offset array %s%v for input %v", o.OffsetArr.dtype, o.OffsetArr.shape, x.shape)
 		}
 	}
-	return x.be.RoPE(x, o)
+}
+
+// RoPESpan is a run of Len tokens of x's T axis, from token Start, that
+// RoPESpans rotates from position Offset.
+type RoPESpan struct{ Start, Len, Offset int }
+
+// SpanRoPE is implemented by backends that rotate a call's spans in one
+// pass; the result must equal RoPE of each span alone, bit for bit.
+type SpanRoPE interface {
+	RoPESpans(x *Array, o RoPEOptions, spans []RoPESpan) *Array
+}
+
+// RoPESpans applies RoPE to x [..., T, D] whose T tokens divide into
+// spans (consecutive, in order, covering T), each span at its own
+// offset: what a batched pass of rows at different positions needs. The
+// result is RoPE of each span alone, concatenated; o.Offset and
+// o.OffsetArr must be unset.
+func RoPESpans(x *Array, o RoPEOptions, spans []RoPESpan) *Array {
+	ropeCheck(x, &o)
+	if o.Offset != 0 || o.OffsetArr != nil {
+		throw("RoPE", ErrArgument, "spans with an offset option (each span has its own)")
+	}
+	t, next := x.shape[x.NDim()-2], 0
+	for _, s := range spans {
+		if s.Start != next || s.Len < 0 || s.Offset < 0 {
+			throw("RoPE", ErrArgument, "span %+v after token %d", s, next)
+		}
+		next += s.Len
+	}
+	if next != t {
+		throw("RoPE", ErrShape, "spans cover %d tokens of %d", next, t)
+	}
+	if len(spans) == 1 {
+		o.Offset = spans[0].Offset
+		return RoPE(x, o)
+	}
+	if sr, ok := x.be.(SpanRoPE); ok {
+		return sr.RoPESpans(x, o, spans)
+	}
+	sc := NewScope()
+	defer sc.Close()
+	parts := make([]*Array, len(spans))
+	for i, s := range spans {
+		so := o
+		so.Offset = s.Offset
+		parts[i] = RoPE(SliceAxis(x, x.NDim()-2, s.Start, s.Start+s.Len), so)
+	}
+	return sc.Keep(Concatenate(parts, x.NDim()-2))
 }
 
 // ScaledDotProductAttention computes softmax(q·kᵀ·scale + mask)·v with

@@ -168,7 +168,9 @@ func ewLoadF32(dt tensor.DType, data []byte, off, st, n int, buf []float32) []fl
 		}
 	case tensor.BFloat16:
 		s := ewView[uint16](data)
-		if st == 1 {
+		if st == 1 && hasAVX512 && n >= 16 {
+			cvtBF16ToF32(buf, s[off:off+n]) // the same bits, 16 at a time
+		} else if st == 1 {
 			for i, v := range s[off : off+n] {
 				buf[i] = math.Float32frombits(uint32(v) << 16)
 			}
@@ -721,9 +723,7 @@ func ewUnaryF32(op tensor.UnaryOp, o, x []float32) {
 			m := min(len(o), ewBlock)
 			sg := sb[:m]
 			ewSigmoidInto(sg, x[:m])
-			for i, v := range x[:m] {
-				o[i] = v * sg[i]
-			}
+			ewBinaryF32(tensor.OpMul, o[:m], x[:m], sg)
 			o, x = o[m:], x[m:]
 		}
 	case tensor.OpFloor:
@@ -859,7 +859,62 @@ func ewBinaryFloat(op tensor.BinaryOp, dt, odt tensor.DType, l ewLayout, offs []
 
 // ewBinaryBF16 computes o = x op y for bfloat16 Add, Sub and Mul straight
 // from and to the 16-bit storage; x or y of length 1 is a scalar operand.
+// With AVX-512 the assembly kernel does 16 at a time (a scalar operand
+// from a block of copies), the same bits as the loop.
 func ewBinaryBF16(op tensor.BinaryOp, o, x, y []uint16) {
+	n := len(o)
+	if hasAVX512 && n >= 16 {
+		code := ewOpCode(op)
+		m := n &^ 15
+		if len(x) == n && len(y) == n {
+			ewBinBF16(code, &o[0], &x[0], &y[0], m)
+		} else {
+			var rep [512]uint16
+			scalar, other := y[0], x
+			if len(x) != n {
+				scalar, other = x[0], y
+			}
+			for i := range rep {
+				rep[i] = scalar
+			}
+			for d := 0; d < m; d += len(rep) {
+				c := min(len(rep), m-d)
+				if len(x) == n {
+					ewBinBF16(code, &o[d], &other[d], &rep[0], c)
+				} else {
+					ewBinBF16(code, &o[d], &rep[0], &other[d], c)
+				}
+			}
+		}
+		if m == n {
+			return
+		}
+		o = o[m:]
+		if len(x) == n {
+			x = x[m:]
+		}
+		if len(y) == n {
+			y = y[m:]
+		}
+	}
+	ewBinaryBF16Loop(op, o, x, y)
+}
+
+// ewOpCode is the assembly kernels' number for an arithmetic op.
+func ewOpCode(op tensor.BinaryOp) int {
+	switch op {
+	case tensor.OpAdd:
+		return 0
+	case tensor.OpSub:
+		return 1
+	case tensor.OpMul:
+		return 2
+	}
+	return 3 // OpDiv
+}
+
+// ewBinaryBF16Loop is ewBinaryBF16 one element at a time.
+func ewBinaryBF16Loop(op tensor.BinaryOp, o, x, y []uint16) {
 	w := func(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
 	n := len(o)
 	switch {
@@ -917,6 +972,14 @@ func ewBinaryBF16(op tensor.BinaryOp, o, x, y []uint16) {
 // ewBinaryF32 computes o = x op y for arithmetic ops.
 func ewBinaryF32(op tensor.BinaryOp, o, x, y []float32) {
 	x, y = x[:len(o)], y[:len(o)]
+	if hasAVX512 && len(o) >= 16 && (op == tensor.OpAdd || op == tensor.OpSub || op == tensor.OpMul || op == tensor.OpDiv) {
+		m := len(o) &^ 15 // 16 at a time, the same IEEE results
+		ewBinF32(ewOpCode(op), &o[0], &x[0], &y[0], m)
+		if m == len(o) {
+			return
+		}
+		o, x, y = o[m:], x[m:], y[m:]
+	}
 	switch op {
 	case tensor.OpAdd:
 		for i := range o {

@@ -130,6 +130,10 @@ func normParam(p *tensor.Array, d int, dt tensor.DType) []float32 {
 func normSumSq(v []float32) float32 {
 	var acc [8]float32
 	i := 0
+	if hasAVX512 && len(v) >= 8 {
+		i = len(v) &^ 7
+		ewSumSq8(&acc, &v[0], i) // the same lanes in one register
+	}
 	for ; i+8 <= len(v); i += 8 {
 		for l := range 8 {
 			acc[l] += float32(v[i+l] * v[i+l])
@@ -164,15 +168,19 @@ func normSum(v []float32) float32 {
 func normScale(row []float32, invD, eps float32, dt tensor.DType) {
 	ms := float32(normSumSq(row)*invD) + eps
 	inv := float32(1 / float32(math.Sqrt(float64(ms))))
-	if dt == tensor.Float16 {
-		for i, v := range row {
-			row[i] = float32(v * inv)
-		}
-		fusedRoundRow(row, dt)
-		return
+	normMulScalar(row, inv)
+	fusedRoundRow(row, dt)
+}
+
+// normMulScalar sets row[i] = row[i]·a in float32.
+func normMulScalar(row []float32, a float32) {
+	i := 0
+	if hasAVX512 && len(row) >= 16 {
+		i = len(row) &^ 15
+		ewScaleF32(&row[0], &row[0], a, i)
 	}
-	for i, v := range row {
-		row[i] = tensor.RoundTo(float32(v*inv), dt)
+	for ; i < len(row); i++ {
+		row[i] = float32(row[i] * a)
 	}
 }
 
@@ -213,9 +221,7 @@ func (be *Backend) RMSNorm(x, w *tensor.Array, eps float32) *tensor.Array {
 	return be.normRows(x, func(row []float32) {
 		normScale(row, invD, eps, dt)
 		if wv != nil {
-			for i := range row {
-				row[i] = float32(row[i] * wv[i])
-			}
+			ewBinaryF32(tensor.OpMul, row, row, wv)
 		}
 	})
 }

@@ -55,6 +55,35 @@ func ropeOffsets(o tensor.RoPEOptions) []int {
 // rounded to x's dtype, so 16-bit results match MLX bit for bit whenever
 // the float32 angles do.
 func (be *Backend) RoPE(x *tensor.Array, o tensor.RoPEOptions) *tensor.Array {
+	offs := ropeOffsets(o)
+	batch := 1
+	if x.NDim() >= 3 {
+		batch = x.Dim(0)
+	}
+	if len(offs) != 1 && len(offs) != batch {
+		panic(&tensor.Error{Op: "RoPE", Err: tensor.ErrShape})
+	}
+	return be.rope(x, o, len(offs), func(b, p int) (int, int) { return p, offs[b] })
+}
+
+// RoPESpans rotates each span of x's tokens from its own offset in one
+// pass, the bits RoPE gives each span alone (see tensor.RoPESpans).
+func (be *Backend) RoPESpans(x *tensor.Array, o tensor.RoPEOptions, spans []tensor.RoPESpan) *tensor.Array {
+	rel := make([]int, 0, x.Dim(-2))
+	off := make([]int, 0, x.Dim(-2))
+	for _, s := range spans {
+		for p := range s.Len {
+			rel, off = append(rel, p), append(off, s.Offset)
+		}
+	}
+	return be.rope(x, o, 1, func(_, p int) (int, int) { return rel[p], off[p] })
+}
+
+// rope is RoPE with tables for nb batch entries (every entry shares
+// table 0 when nb is 1): token p of entry b is rotated at position
+// float32(rel)+float32(off) of at(b, p), the sum RoPE forms of a token's
+// index in its call and the call's offset.
+func (be *Backend) rope(x *tensor.Array, o tensor.RoPEOptions, nb int, at func(b, p int) (rel, off int)) *tensor.Array {
 	shape := x.Shape()
 	dt := x.DType()
 	nd := len(shape)
@@ -69,20 +98,17 @@ func (be *Backend) RoPE(x *tensor.Array, o tensor.RoPEOptions) *tensor.Array {
 		scale = 1
 	}
 	inv := ropeInvFreqs(o)
-	offs := ropeOffsets(o)
 	batch := 1
 	if nd >= 3 {
 		batch = shape[0]
 	}
-	if len(offs) != 1 && len(offs) != batch {
-		panic(&tensor.Error{Op: "RoPE", Err: tensor.ErrShape})
-	}
-	// cos/sin tables per distinct offset: [len(offs)][t][half]
-	cos := make([]float32, len(offs)*t*half)
+	// cos/sin tables per table entry: [nb][t][half]
+	cos := make([]float32, nb*t*half)
 	sin := make([]float32, len(cos))
-	for b, off := range offs {
+	for b := range nb {
 		for p := range t {
-			pos := float32(float32(p)+float32(off)) * scale
+			rel, off := at(b, p)
+			pos := float32(float32(rel)+float32(off)) * scale
 			base := (b*t + p) * half
 			for i, f := range inv {
 				th := float64(float32(pos * f))
@@ -103,7 +129,7 @@ func (be *Backend) RoPE(x *tensor.Array, o tensor.RoPEOptions) *tensor.Array {
 		for r := lo; r < hi; r++ {
 			fusedLoad(row, xi.buf.data, rows[r], dt)
 			b := 0
-			if len(offs) > 1 {
+			if nb > 1 {
 				b = r / perBatch
 			}
 			tb := (b*t + r%t) * half

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -104,5 +105,41 @@ func TestRoPE(t *testing.T) {
 		}
 		fzClose(t, "strided", gv.Float32s(), refRoPE(perm, b, h, tt, d, tensor.RoPEOptions{Dims: d, Base: 10000, Scale: 1}, []int{3}, nil), 2e-6, 2e-5)
 		tensor.Free(x, freqs, offArr, offScalar, xb, gb, x3, g3, xbt, xv2, gv)
+	})
+}
+
+// TestRoPESpans: spans rotated in one call give the bits of each span
+// rotated alone (tensor.RoPE at the span's offset), in every dtype, both
+// pair layouts and with given frequencies; the portable spans loop
+// (a backend without SpanRoPE) gives them too.
+func TestRoPESpans(t *testing.T) {
+	fzNoLeak(t, func() {
+		b, h, tt, d := 2, 3, 9, 16
+		xv := fzRand(b*h*tt*d, 37)
+		freqs := tensor.FromFloat32([]float32{1, 3, 10, 30, 100, 300}, []int{6}, tensor.Float32)
+		defer freqs.Free()
+		spans := []tensor.RoPESpan{{Start: 0, Len: 1, Offset: 40}, {Start: 1, Len: 4, Offset: 0}, {Start: 5, Len: 1, Offset: 3}, {Start: 6, Len: 3, Offset: 100}}
+		for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16, tensor.Float16} {
+			for _, o := range []tensor.RoPEOptions{
+				{Dims: 16, Base: 10000, Scale: 1},
+				{Dims: 12, Base: 500000, Scale: 0.5, Traditional: true},
+				{Dims: 12, Scale: 1, Freqs: freqs},
+			} {
+				x := tensor.FromFloat32(xv, []int{b, h, tt, d}, dt)
+				got := tensor.RoPESpans(x, o, spans)
+				for _, s := range spans {
+					so := o
+					so.Offset = s.Offset
+					part := tensor.SliceAxis(x, 2, s.Start, s.Start+s.Len)
+					want := tensor.RoPE(part, so)
+					g := tensor.SliceAxis(got, 2, s.Start, s.Start+s.Len)
+					if !slices.Equal(g.Bytes(), want.Bytes()) {
+						t.Errorf("%v %+v span %+v: bits differ from the span alone", dt, o, s)
+					}
+					tensor.Free(part, want, g)
+				}
+				tensor.Free(x, got)
+			}
+		}
 	})
 }

@@ -1,4 +1,5 @@
 #include "textflag.h"
+#include "bf16_amd64.h"
 
 // AVX-512 kernels for matmul and quantized matmul. Go callers check
 // hasAVX512 first; see simd_amd64.go for the contracts.
@@ -485,27 +486,10 @@ TEXT ·cvtF32ToBF16(SB), NOSPLIT, $0-24
 	MOVQ n+16(FP), CX
 	SHRQ $4, CX
 	JZ   cb_done
-	MOVL $0x7fff, AX
-	VPBROADCASTD AX, Z29
-	MOVL $1, AX
-	VPBROADCASTD AX, Z28
-	MOVL $0x7fffffff, AX
-	VPBROADCASTD AX, Z27
-	MOVL $0x7f800000, AX
-	VPBROADCASTD AX, Z26
-	MOVL $0x40, AX
-	VPBROADCASTD AX, Z25
+	BF16CONSTS
 cb_loop:
 	VMOVDQU32 (SI), Z0
-	VPSRLD    $16, Z0, Z1     // b >> 16
-	VPANDD    Z28, Z1, Z2     // (b >> 16) & 1
-	VPADDD    Z29, Z2, Z2
-	VPADDD    Z0, Z2, Z2      // b + 0x7fff + lsb
-	VPSRLD    $16, Z2, Z2
-	VPANDD    Z27, Z0, Z3     // |b|
-	VPCMPUD   $6, Z26, Z3, K1 // NaN: |b| > 0x7f800000
-	VPORD     Z25, Z1, K1, Z2
-	VPMOVDW   Z2, (DI)
+	BF16ROUND
 	ADDQ $64, SI
 	ADDQ $32, DI
 	DECQ CX

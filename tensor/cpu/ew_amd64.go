@@ -1,0 +1,26 @@
+package cpu
+
+// ewBinBF16 sets o = x op y for n bfloat16 values (n a multiple of 16;
+// op ewOpAdd, ewOpSub or ewOpMul), each computed in float32 and rounded
+// as tensor.F32ToBF16 (ew_amd64.s); AVX-512 only.
+//
+//go:noescape
+func ewBinBF16(op int, o, x, y *uint16, n int)
+
+// ewBinF32 sets o = x op y for n float32 values (n a multiple of 16; op
+// ewOpAdd, ewOpSub, ewOpMul or ewOpDiv), IEEE single precision as Go's
+// float32 arithmetic; AVX-512 only.
+//
+//go:noescape
+func ewBinF32(op int, o, x, y *float32, n int)
+
+// ewSumSq8 adds v[i+l]² (each square rounded to float32) into acc[l] for
+// i = 0, 8, … < n (n a multiple of 8): normSumSq's lanes; AVX-512 build.
+//
+//go:noescape
+func ewSumSq8(acc *[8]float32, v *float32, n int)
+
+// ewScaleF32 sets o = x·a for n float32 values (n a multiple of 16).
+//
+//go:noescape
+func ewScaleF32(o, x *float32, a float32, n int)

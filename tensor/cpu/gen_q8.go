@@ -32,7 +32,7 @@ func xaddr(r, off int) string {
 }
 
 // pfd is how far ahead of the codes the kernels prefetch (bytes).
-var pfd = 4096
+var pfd = 8192
 
 // kernel writes q8k{bits}r{r}, with an h suffix when half: the groups'
 // scales and biases stored as bfloat16 instead of float32.

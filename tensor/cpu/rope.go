@@ -2,6 +2,8 @@ package cpu
 
 import (
 	"math"
+	"slices"
+	"sync"
 
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -102,21 +104,14 @@ func (be *Backend) rope(x *tensor.Array, o tensor.RoPEOptions, nb int, at func(b
 	if nd >= 3 {
 		batch = shape[0]
 	}
-	// cos/sin tables per table entry: [nb][t][half]
-	cos := make([]float32, nb*t*half)
-	sin := make([]float32, len(cos))
+	pos := make([]float32, nb*t)
 	for b := range nb {
 		for p := range t {
 			rel, off := at(b, p)
-			pos := float32(float32(rel)+float32(off)) * scale
-			base := (b*t + p) * half
-			for i, f := range inv {
-				th := float64(float32(pos * f))
-				cos[base+i] = tensor.RoundTo(float32(math.Cos(th)), dt)
-				sin[base+i] = tensor.RoundTo(float32(math.Sin(th)), dt)
-			}
+			pos[b*t+p] = float32(float32(rel)+float32(off)) * scale
 		}
 	}
+	cos, sin := ropeTables(pos, inv, dt)
 	xi, owned := fusedLastDense(x)
 	if owned {
 		defer xi.buf.drop()
@@ -163,4 +158,47 @@ func (be *Backend) rope(x *tensor.Array, o tensor.RoPEOptions, nb int, at func(b
 		}
 	})
 	return out
+}
+
+// ropeTable is one call's cos and sin tables ([len(pos)][len(inv)], each
+// rounded to dt) with what they were made from. A batched decode step
+// rotates every layer's queries and keys at the same positions, so the
+// last table is kept and reused while those match; its slices are never
+// written once made.
+type ropeTable struct {
+	dt       tensor.DType
+	pos, inv []float32
+	cos, sin []float32
+}
+
+var ropeLast struct {
+	sync.Mutex
+	t *ropeTable
+}
+
+// ropeTables returns the cos and sin of pos[p]·inv[i] (angles formed in
+// float32, cos and sin rounded to dt), the last call's when it asked for
+// the same.
+func ropeTables(pos, inv []float32, dt tensor.DType) (cos, sin []float32) {
+	ropeLast.Lock()
+	last := ropeLast.t
+	ropeLast.Unlock()
+	if last != nil && last.dt == dt && slices.Equal(last.pos, pos) && slices.Equal(last.inv, inv) {
+		return last.cos, last.sin
+	}
+	half := len(inv)
+	cos = make([]float32, len(pos)*half)
+	sin = make([]float32, len(cos))
+	for p, ps := range pos {
+		base := p * half
+		for i, f := range inv {
+			th := float64(float32(ps * f))
+			cos[base+i] = tensor.RoundTo(float32(math.Cos(th)), dt)
+			sin[base+i] = tensor.RoundTo(float32(math.Sin(th)), dt)
+		}
+	}
+	ropeLast.Lock()
+	ropeLast.t = &ropeTable{dt: dt, pos: pos, inv: inv, cos: cos, sin: sin}
+	ropeLast.Unlock()
+	return cos, sin
 }

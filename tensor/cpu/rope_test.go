@@ -127,6 +127,11 @@ func TestRoPESpans(t *testing.T) {
 			} {
 				x := tensor.FromFloat32(xv, []int{b, h, tt, d}, dt)
 				got := tensor.RoPESpans(x, o, spans)
+				again := tensor.RoPESpans(x, o, spans) // the tables of the call before
+				if !slices.Equal(got.Bytes(), again.Bytes()) {
+					t.Errorf("%v %+v: a repeated call gives other bits", dt, o)
+				}
+				again.Free()
 				for _, s := range spans {
 					so := o
 					so.Offset = s.Offset

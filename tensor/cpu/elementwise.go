@@ -427,6 +427,16 @@ func ewExpInto(o, x []float32, c float32) float64 {
 	return s0 + s1
 }
 
+// ewExpOnly is ewExpInto without the sum.
+func ewExpOnly(o, x []float32, c float32) {
+	x = x[:len(o)]
+	if ewExpVector && len(o) > 0 {
+		ewExpAVX512(&o[0], &x[0], len(o), c, &ewExpK)
+		return
+	}
+	ewExpInto(o, x, c)
+}
+
 // ewSigmoidInto sets o = sigmoid(x) (o may alias x): with e = e^-|x|, it is
 // 1/(1+e) for x ≥ 0 and e/(1+e) below, never overflowing. With AVX-512
 // an assembly kernel does it, bit for bit the same (exp_amd64.s).

@@ -39,6 +39,11 @@ var ewExpVector = hasAVX512
 //go:noescape
 func ewExpSumAVX512(o, x *float32, n int, c float32, k *ewExpConsts) float64
 
+// ewExpAVX512 writes what ewExpSumAVX512 writes, without the sums.
+//
+//go:noescape
+func ewExpAVX512(o, x *float32, n int, c float32, k *ewExpConsts)
+
 // ewSigmoidAVX512 is ewSigmoidInto over n elements (o and x the same
 // memory or disjoint).
 //

@@ -201,6 +201,48 @@ es_done:
 	VZEROUPPER
 	RET
 
+// func ewExpAVX512(o, x *float32, n int, c float32, k *ewExpConsts)
+//
+// o[i] = e^(x[i]-c) for i < n, the values ewExpSumAVX512 writes, without
+// its sums (whose element-order float64 adds are most of its time).
+TEXT ·ewExpAVX512(SB), NOSPLIT, $0-40
+	MOVQ         o+0(FP), DI
+	MOVQ         x+8(FP), SI
+	MOVQ         n+16(FP), CX
+	MOVQ         k+32(FP), AX
+	VBROADCASTSS c+24(FP), Z17
+	EXPSETUP
+
+en_loop:
+	CMPQ    CX, $16
+	JLT     en_tail
+	VMOVUPS (SI), Z0
+	VSUBPS  Z17, Z0, Z0
+	EXP16
+	SLOWFIX
+	VMOVUPS Z3, (DI)
+	ADDQ    $64, SI
+	ADDQ    $64, DI
+	SUBQ    $16, CX
+	JMP     en_loop
+
+en_tail:
+	TESTQ     CX, CX
+	JZ        en_done
+	MOVL      $1, BX
+	SHLL      CX, BX
+	DECL      BX
+	KMOVW     BX, K1
+	VMOVUPS.Z (SI), K1, Z0
+	VSUBPS    Z17, Z0, Z0
+	EXP16
+	SLOWFIX
+	VMOVUPS   Z3, K1, (DI)
+
+en_done:
+	VZEROUPPER
+	RET
+
 // func ewSigmoidAVX512(o, x *float32, n int, k *ewExpConsts)
 //
 // o[i] = sigmoid(x[i]) as ewSigmoidInto computes it: e = e^(-|x| - 0)

@@ -16,5 +16,8 @@ func ewExpSumAVX512(o, x *float32, n int, c float32, k *ewExpConsts) float64 {
 	panic("unreachable")
 }
 
+// ewExpAVX512 is never called off amd64.
+func ewExpAVX512(o, x *float32, n int, c float32, k *ewExpConsts) { panic("unreachable") }
+
 // ewSigmoidAVX512 is never called off amd64.
 func ewSigmoidAVX512(o, x *float32, n int, k *ewExpConsts) { panic("unreachable") }

@@ -38,7 +38,7 @@ func sameBits32(t *testing.T, what string, got, want, in []float32) {
 
 // checkExpChunk compares ewExpInto's vector and scalar paths on x with
 // offset c: every result and the returned sum, bit for bit, in a separate
-// output and in place.
+// output and in place, and ewExpOnly's results.
 func checkExpChunk(t *testing.T, x []float32, c float32) {
 	t.Helper()
 	want := make([]float32, len(x))
@@ -60,6 +60,13 @@ func checkExpChunk(t *testing.T, x []float32, c float32) {
 		t.Fatalf("exp in place: sum %v, scalar %v", s, ws)
 	}
 	sameBits32(t, "exp in place", in, want, x)
+	only := make([]float32, len(x)+1)
+	only[len(x)] = 12345
+	ewExpOnly(only[:len(x)], x, c) // the kernel without the sums
+	sameBits32(t, "exp without sums", only[:len(x)], want, x)
+	if only[len(x)] != 12345 {
+		t.Fatalf("exp without sums wrote past its %d outputs", len(x))
+	}
 }
 
 // checkSigmoidChunk does the same for ewSigmoidInto.

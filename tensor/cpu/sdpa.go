@@ -439,9 +439,19 @@ func (p *sdpaPlan) blockGemm(s *sdpaScratch, b, kvh, nr, j0, j1 int, m, l, acc [
 		nkp := (nk + 31) &^ 31
 		// keys as 32-column panels of Kᵀ, values as rows of dvp
 		p.packKeys(s.kp, b, kvh, jb, nk)
-		p.loadValues(s.vp, b, kvh, jb, nk, dvp)
+		// bfloat16 values in one run of rows are read in place, widened
+		// as the kernel loads them; others are widened into vp first
+		vh := p.v.dt == tensor.BFloat16 && dv == dvp && jb/p.v.segLen == (jb+nk-1)/p.v.segLen
+		var vrow []uint16
+		if vh {
+			o := p.v.row(b, kvh, jb)
+			vrow = u16s(p.v.data[2*o:])
+		} else {
+			p.loadValues(s.vp, b, kvh, jb, nk, dvp)
+		}
 		sc := s.s[:nrp*nkp]
 		clear(sc)
+		var live uint32 // rows with a key in this block
 		for r := 0; r < nr; r += 8 {
 			for c := 0; c < nkp; c += 32 {
 				sgemmRows(nr-r, d, &s.qa[r*d], &s.kp[c*d], 32, &sc[r*nkp+c], nkp)
@@ -457,19 +467,41 @@ func (p *sdpaPlan) blockGemm(s *sdpaScratch, b, kvh, nr, j0, j1 int, m, l, acc [
 				}
 				continue
 			}
+			live |= 1 << i
 			mi := raiseMax(&m[i], &l[i], bm, at[i*dvp:i*dvp+dv])
 			e := s.e[:nk]
-			ewExpInto(e, row, mi) // a key masked to −∞ gets exactly 0
-			var li float32
+			ewExpOnly(e, row, mi) // a key masked to −∞ gets exactly 0
 			for j, x := range e {
-				li += x
 				pan[j*8+i%8] = x
 			}
-			l[i] += li
+		}
+		// each live row adds its block's probabilities, summed from 0 in
+		// key order, to its running sum: eight rows at once down a panel
+		for r := 0; r < nr; r += 8 {
+			var sums [8]float32
+			pan := s.pa[r*nkp:]
+			if hasAVX512 {
+				sdpaPanelSums(&pan[0], nk, &sums)
+			} else {
+				for j := range nk {
+					for i := range 8 {
+						sums[i] += pan[j*8+i]
+					}
+				}
+			}
+			for i := r; i < min(r+8, nr); i++ {
+				if live&(1<<i) != 0 {
+					l[i] += sums[i-r]
+				}
+			}
 		}
 		for r := 0; r < nr; r += 8 {
 			for c := 0; c < dvp; c += 32 {
-				sgemmRows(nr-r, nk, &s.pa[r*nkp], &s.vp[c], dvp, &at[r*dvp+c], dvp)
+				if vh {
+					sgemmRowsBH(nr-r, nk, &s.pa[r*nkp], &vrow[c], p.v.rs, &at[r*dvp+c], dvp)
+				} else {
+					sgemmRows(nr-r, nk, &s.pa[r*nkp], &s.vp[c], dvp, &at[r*dvp+c], dvp)
+				}
 			}
 		}
 	}
@@ -486,6 +518,16 @@ func sgemmRows(n, kc int, a, b *float32, ldb int, c *float32, ldc int) {
 		return
 	}
 	sgemm8x32B(kc, a, b, ldb, c, ldc)
+}
+
+// sgemmRowsBH is sgemmRows with B in bfloat16 (the same bits as on B
+// widened).
+func sgemmRowsBH(n, kc int, a *float32, b *uint16, ldb int, c *float32, ldc int) {
+	if n <= 4 {
+		sgemm4x32BH(kc, a, b, ldb, c, ldc)
+		return
+	}
+	sgemm8x32BH(kc, a, b, ldb, c, ldc)
 }
 
 // loadValues widens the value rows of keys jb..jb+nk-1 of (b, kvh) into
@@ -568,6 +610,11 @@ func (p *sdpaPlan) maskScores(s *sdpaScratch, i, jb int, sc []float32) float32 {
 // chains: max orders −0 below +0 and lets NaN win, so any grouping gives
 // the same result.
 func sdpaMax(sc []float32) float32 {
+	if hasAVX512 && len(sc) > 0 {
+		if m, ok := sdpaMaxAVX512(&sc[0], len(sc)); ok {
+			return m
+		}
+	}
 	m0, m1, m2, m3 := sdpaNegInf, sdpaNegInf, sdpaNegInf, sdpaNegInf
 	j := 0
 	for ; j+4 <= len(sc); j += 4 {

@@ -195,6 +195,11 @@ func TestSgemmStridedKernels(t *testing.T) {
 		const ldb, ldc = 96, 40
 		a := randF32(r, kc*8+1)
 		wide := randF32(r, kc*ldb+48)
+		wideH := make([]uint16, len(wide)) // wide in bfloat16, and wide made those values
+		for i, v := range wide {
+			wideH[i] = tensor.F32ToBF16(v)
+			wide[i] = tensor.BF16ToF32(wideH[i])
+		}
 		pan := make([]float32, kc*32+1)
 		for k := range kc {
 			copy(pan[k*32:k*32+32], wide[k*ldb+16:k*ldb+48])
@@ -206,6 +211,10 @@ func TestSgemmStridedKernels(t *testing.T) {
 		sgemm8x32B(kc, &a[0], &wide[16], ldb, &got8[0], ldc)
 		got4 := append([]float32(nil), c0...)
 		sgemm4x32B(kc, &a[0], &wide[16], ldb, &got4[0], ldc)
+		got8h := append([]float32(nil), c0...)
+		sgemm8x32BH(kc, &a[0], &wideH[16], ldb, &got8h[0], ldc)
+		got4h := append([]float32(nil), c0...)
+		sgemm4x32BH(kc, &a[0], &wideH[16], ldb, &got4h[0], ldc)
 		for i := range want {
 			w := want[i]
 			if i >= 4*ldc {
@@ -213,6 +222,9 @@ func TestSgemmStridedKernels(t *testing.T) {
 			}
 			if math.Float32bits(got8[i]) != math.Float32bits(want[i]) || math.Float32bits(got4[i]) != math.Float32bits(w) {
 				t.Fatalf("kc=%d element %d (row %d): 8-row %g, 4-row %g, want %g / %g", kc, i, i/ldc, got8[i], got4[i], want[i], w)
+			}
+			if math.Float32bits(got8h[i]) != math.Float32bits(want[i]) || math.Float32bits(got4h[i]) != math.Float32bits(w) {
+				t.Fatalf("kc=%d element %d (row %d): bfloat16 B 8-row %g, 4-row %g, want %g / %g", kc, i, i/ldc, got8h[i], got4h[i], want[i], w)
 			}
 		}
 	}

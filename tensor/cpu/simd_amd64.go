@@ -70,6 +70,17 @@ func sgemm8x32B(kc int, a, b *float32, ldb int, c *float32, ldc int)
 //go:noescape
 func sgemm4x32B(kc int, a, b *float32, ldb int, c *float32, ldc int)
 
+// sgemm8x32BH is sgemm8x32B with B in bfloat16 (rows ldb elements
+// apart), widened as loaded: the same bits as sgemm8x32B on the widened B.
+//
+//go:noescape
+func sgemm8x32BH(kc int, a *float32, b *uint16, ldb int, c *float32, ldc int)
+
+// sgemm4x32BH is sgemm4x32B with B in bfloat16, as sgemm8x32BH.
+//
+//go:noescape
+func sgemm4x32BH(kc int, a *float32, b *uint16, ldb int, c *float32, ldc int)
+
 // qdot4x4 is qdot4 for 4 consecutive rows sharing the x loads.
 //
 //go:noescape

@@ -400,6 +400,112 @@ sg4_store:
 	VZEROUPPER
 	RET
 
+// BHLOAD widens the 32 bfloat16 values of B's row at DX into Z16, Z17
+// (exactly: bfloat16 is float32's top half).
+#define BHLOAD \
+	VPMOVZXWD (DX), Z16 \
+	VPSLLD    $16, Z16, Z16 \
+	VPMOVZXWD 32(DX), Z17 \
+	VPSLLD    $16, Z17, Z17
+
+// func sgemm8x32BH(kc int, a *float32, b *uint16, ldb int, c *float32, ldc int)
+//
+// sgemm8x32B with B in bfloat16 (rows ldb elements apart), each element
+// widened as it is loaded: the products and sums of sgemm8x32B on the
+// widened B, so the same bits.
+TEXT ·sgemm8x32BH(SB), NOSPLIT, $0-48
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DX
+	MOVQ ldb+24(FP), R9
+	SHLQ $1, R9
+	MOVQ c+32(FP), DI
+	MOVQ ldc+40(FP), R8
+	SHLQ $2, R8
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	TESTQ CX, CX
+	JZ    sgh_store
+sgh_loop:
+	BHLOAD
+	ROWK(0, Z18, Z0, Z1)
+	ROWK(4, Z19, Z2, Z3)
+	ROWK(8, Z20, Z4, Z5)
+	ROWK(12, Z21, Z6, Z7)
+	ROWK(16, Z22, Z8, Z9)
+	ROWK(20, Z23, Z10, Z11)
+	ROWK(24, Z24, Z12, Z13)
+	ROWK(28, Z25, Z14, Z15)
+	ADDQ $32, SI
+	ADDQ R9, DX
+	DECQ CX
+	JNZ  sgh_loop
+sgh_store:
+	CROW(Z0, Z1)
+	CROW(Z2, Z3)
+	CROW(Z4, Z5)
+	CROW(Z6, Z7)
+	CROW(Z8, Z9)
+	CROW(Z10, Z11)
+	CROW(Z12, Z13)
+	CROW(Z14, Z15)
+	VZEROUPPER
+	RET
+
+// func sgemm4x32BH(kc int, a *float32, b *uint16, ldb int, c *float32, ldc int)
+//
+// sgemm4x32B with B in bfloat16, as sgemm8x32BH is to sgemm8x32B.
+TEXT ·sgemm4x32BH(SB), NOSPLIT, $0-48
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DX
+	MOVQ ldb+24(FP), R9
+	SHLQ $1, R9
+	MOVQ c+32(FP), DI
+	MOVQ ldc+40(FP), R8
+	SHLQ $2, R8
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	TESTQ CX, CX
+	JZ    sg4h_store
+sg4h_loop:
+	BHLOAD
+	ROWK(0, Z18, Z0, Z1)
+	ROWK(4, Z19, Z2, Z3)
+	ROWK(8, Z20, Z4, Z5)
+	ROWK(12, Z21, Z6, Z7)
+	ADDQ $32, SI
+	ADDQ R9, DX
+	DECQ CX
+	JNZ  sg4h_loop
+sg4h_store:
+	CROW(Z0, Z1)
+	CROW(Z2, Z3)
+	CROW(Z4, Z5)
+	CROW(Z6, Z7)
+	VZEROUPPER
+	RET
+
 // TAB builds row r's group table (s·i + b) into t from scale/bias addresses.
 #define TAB(saddr, baddr, t) \
 	VBROADCASTSS saddr, Z26 \

@@ -14,6 +14,12 @@ func qgemm4x8(w *byte, x *float32, s, b *float32, ng, cpg int, out *float32, ldo
 func sgemm8x32(kc int, a, b, c *float32, ldc int)                    { panic("unreachable") }
 func sgemm8x32B(kc int, a, b *float32, ldb int, c *float32, ldc int) { panic("unreachable") }
 func sgemm4x32B(kc int, a, b *float32, ldb int, c *float32, ldc int) { panic("unreachable") }
+func sgemm8x32BH(kc int, a *float32, b *uint16, ldb int, c *float32, ldc int) {
+	panic("unreachable")
+}
+func sgemm4x32BH(kc int, a *float32, b *uint16, ldb int, c *float32, ldc int) {
+	panic("unreachable")
+}
 
 func qdot4x4(w *byte, bpr int, x *float32, s, b *float32, iota *float32, ng, cpg int, out *float32) {
 	panic("unreachable")

@@ -222,6 +222,9 @@ func (be *Backend) sdpa(q *tensor.Array, k, v sdpaKV, hkv, tk, dv int, o tensor.
 		s := getSDPAScratch(p)
 		defer sdpaPool.Put(s)
 		for it := lo; it < hi; it++ {
+			if it+1 < hi {
+				p.prefetch(it+1, parts)
+			}
 			p.item(s, it, parts)
 		}
 	})
@@ -331,6 +334,34 @@ func (p *sdpaPlan) item(s *sdpaScratch, it, parts int) {
 		p.chunk(s, b, kvh, nr, c, maxPos, cm, cl, cacc)
 		for i := range nr {
 			sdpaFold(&m[i], &l[i], acc[i*p.dv:(i+1)*p.dv], cm[i], cl[i], cacc[i*p.dv:(i+1)*p.dv])
+		}
+	}
+}
+
+// prefetch asks for the keys and values work item it reads to be brought
+// into cache (a hint, while the item before it computes: a batched decode
+// reads each row's cache once per layer, from memory).
+func (p *sdpaPlan) prefetch(it, parts int) {
+	if !hasAVX512 {
+		return
+	}
+	kc := it % parts
+	it /= parts * p.qBlocks
+	kvh, b := it%p.hkv, it/p.hkv
+	j0, j1 := 0, p.tk
+	if p.split {
+		j0, j1 = max(0, kc*sdpaChunk-p.pad), min(p.tk, (kc+1)*sdpaChunk-p.pad)
+	}
+	for _, kv := range []*sdpaKV{&p.k, &p.v} {
+		es := kv.dt.Size()
+		for j := j0; j < j1; {
+			seg := j / kv.segLen
+			n := min(j1, (seg+1)*kv.segLen) - j
+			o := kv.row(b, kvh, j)
+			if kv.rs > 0 && n > 0 {
+				prefetchL2(&kv.data[o*es], ((n-1)*kv.rs+p.d)*es)
+			}
+			j += n
 		}
 	}
 }

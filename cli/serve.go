@@ -50,6 +50,7 @@ type serveFlags struct {
 	maxBodyBytes                                                           int64
 	batch, blockSize                                                       int
 	tokenBudget                                                            int
+	prefillAlone                                                           int
 	kvBudget                                                               int64
 	kvQuant                                                                string
 	kvStart                                                                int
@@ -107,6 +108,7 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 	fl.IntVar(&f.batch, "decode-concurrency", serve.DefaultBatch, "the same as --batch")
 	fl.Int64Var(&f.kvBudget, "kv-budget", 0, "bytes of KV the batched lane may hold, prompt cache included (0: half the memory available at start)")
 	fl.IntVar(&f.blockSize, "kv-block-size", kv.DefaultBlockSize, "tokens per KV block of the batched lane's pool")
+	fl.IntVar(&f.prefillAlone, "prefill-alone", 0, fmt.Sprintf("from this many decoding rows, a joining prompt's last chunk runs in a pass of its own, its first token sooner (0: %d on the CPU backend, never on MLX; -1: never)", serve.DefaultPrefillAlone))
 	fl.IntVar(&f.tokenBudget, "token-budget", 0, fmt.Sprintf("tokens one forward pass of the batched lane may take: every decoding row's next token, then chunks of joining prompts (0: %d, or --prefill-step-size when smaller; never below --batch)", serve.DefaultTokenBudget))
 	addKVQuantFlag(fl, &f.kvQuant)
 	fl.IntVar(&f.kvStart, "quantized-kv-start", generate.DefaultQuantizedKVStart, "context length from which --kv-quant applies on the serial lane (--batch 1); the batched lane's pool stores codes from the first token")
@@ -295,7 +297,7 @@ func runServe(args []string, _ io.Reader, _, stderr io.Writer) error {
 		PromptCacheBytes: cacheBytes, SnapshotPrompt: info.SlidingWindow > 0, QueueSize: f.queueSize,
 		ToolFormat: f.toolFormat, Logger: log, Aliases: aliases, AnyModelName: f.anyModelName, APIKeys: keys,
 		AllowedOrigins: f.allowedOrigins, AllowedHosts: hosts, BodyTimeout: f.bodyTimeout, WriteTimeout: f.writeTimeout,
-		MaxBodyBytes: f.maxBodyBytes, Batch: f.batch, KVBudgetBytes: int(kvBudget), BlockSize: f.blockSize, TokenBudget: f.tokenBudget,
+		MaxBodyBytes: f.maxBodyBytes, Batch: f.batch, KVBudgetBytes: int(kvBudget), BlockSize: f.blockSize, TokenBudget: f.tokenBudget, PrefillAlone: f.prefillAlone,
 		KVQuant: turbo, QuantizedKVStart: f.kvStart,
 		ShutdownTimeout: f.shutdownTimeout, SSDCacheDir: f.ssdDir, SSDCacheMaxBytes: f.ssdMax, SSDCacheMinTokens: f.ssdMinTokens,
 		SSDCacheVerify: f.ssdVerify, ModelFingerprint: fp,

@@ -23,9 +23,9 @@ type BatchOptions struct {
 	MaxRows int
 	// TokenBudget caps the tokens of one forward pass (default
 	// DefaultPrefillChunkSize). Every running row's decode tokens go in
-	// each pass; joining rows' prompts fill what is left, in chunks, so a
-	// long prompt never stalls the rows already decoding (chunked
-	// prefill).
+	// each pass (but see PrefillAlone); joining rows' prompts fill what is
+	// left, in chunks, so a long prompt never stalls the rows already
+	// decoding (chunked prefill).
 	TokenBudget int
 	// PrefillRows caps how many joining rows' prompt chunks one pass
 	// holds (0: as many as the budget has room for). Joiners are served
@@ -42,6 +42,15 @@ type BatchOptions struct {
 	// each first token after as little work as the order allows; short
 	// prompts still end together in one pass).
 	FillPrefill bool
+	// PrefillAlone, when positive, gives a joining row whose prompt ends
+	// in the next pass (its first token) that pass alone, without the
+	// decoding rows, once at least PrefillAlone rows are decoding; they
+	// run in the pass after it (never two such passes in a row). Past a
+	// few rows a pass is bound by arithmetic, not by reading the weights,
+	// so the decoding rows' next token comes about as soon either way,
+	// while the joiner's first token no longer waits for their work.
+	// 0 (the default) always runs every decoding row in each pass.
+	PrefillAlone int
 	// Backend is the backend every row runs on (default: tensor.Default).
 	Backend tensor.Backend
 	// Pool, when set, holds the KV of every row that brings no caches of
@@ -142,6 +151,8 @@ type Batch struct {
 	nextID  int
 	stats   BatchStats
 	closed  bool
+	// alone: the last pass was a PrefillAlone one
+	alone bool
 	// over Pool: each layer's capacity and the blocks running rows reserve
 	capacity, reserved []int
 }
@@ -247,7 +258,7 @@ func NewBatch(m Model, o BatchOptions) (*Batch, error) {
 	if o.TokenBudget == 0 {
 		o.TokenBudget = DefaultPrefillChunkSize
 	}
-	if o.MaxRows < 0 || o.TokenBudget < 0 || o.PrefillRows < 0 {
+	if o.MaxRows < 0 || o.TokenBudget < 0 || o.PrefillRows < 0 || o.PrefillAlone < 0 {
 		return nil, fmt.Errorf("generate: batch of %d rows, %d tokens per pass", o.MaxRows, o.TokenBudget)
 	}
 	if o.TokenBudget < o.MaxRows {
@@ -534,8 +545,9 @@ func (b *Batch) plan(events []Event) ([]segment, []Event) {
 			pendingIn += len(r.in)
 		}
 	}
+	b.alone = b.prefillAlone()
 	for _, r := range b.running {
-		if r.phase == phaseDecode {
+		if r.phase == phaseDecode && !b.alone {
 			pendingIn -= len(r.in)
 			if r.spec != nil {
 				specced(r, nil, budget-pendingIn)
@@ -603,6 +615,30 @@ func (b *Batch) plan(events []Event) ([]segment, []Event) {
 		}
 	}
 	return segs, events
+}
+
+// prefillAlone reports whether the next pass runs joining rows only (see
+// BatchOptions.PrefillAlone): enough rows decode, the pass before ran
+// them, and the first joiner's next chunk ends its prompt.
+func (b *Batch) prefillAlone() bool {
+	if b.o.PrefillAlone <= 0 || b.alone {
+		return false
+	}
+	decoding := 0
+	var first *Row
+	for _, r := range b.running {
+		switch {
+		case r.phase == phaseDecode:
+			decoding++
+		case r.phase == phasePrefill && first == nil:
+			first = r
+		}
+	}
+	if decoding < b.o.PrefillAlone || first == nil || first.spec != nil {
+		return false
+	}
+	ids := first.q.nextChunk(min(b.o.TokenBudget, first.q.o.PrefillChunkSize))
+	return ids == nil || first.q.endsPrefill(ids) && len(ids)+1 <= b.o.TokenBudget
 }
 
 // pass runs segs through the model as one forward pass and samples the

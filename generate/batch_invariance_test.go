@@ -45,6 +45,7 @@ func TestBatchInvariance(t *testing.T) {
 				bo.TokenBudget = bo.MaxRows + r.IntN(40)
 				bo.PrefillRows = r.IntN(3) // 0: joiners fill the budget; 1, 2: at most that many per pass
 				bo.FillPrefill = r.IntN(2) == 0
+				bo.PrefillAlone = r.IntN(4) // 0: decoding rows in every pass
 				got, st := runBatch(t, m, reqs, bo)
 				for i, q := range reqs {
 					sameAsSolo(t, name, i, got[i], runSolo(t, m, q.prompt, q.o))

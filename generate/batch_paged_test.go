@@ -76,6 +76,7 @@ func TestBatchPagedInvariance(t *testing.T) {
 				bo.TokenBudget = bo.MaxRows + r.IntN(40)
 				bo.PrefillRows = r.IntN(3) // 0: joiners fill the budget; 1, 2: at most that many per pass
 				bo.FillPrefill = r.IntN(2) == 0
+				bo.PrefillAlone = r.IntN(4) // 0: decoding rows in every pass
 				// room for about three of the longest rows at once
 				longest := 0
 				for _, q := range reqs {

@@ -52,6 +52,9 @@ func serveConcurrency(b *testing.B, cfg Config, vocab int, eos []int32, chat boo
 	if s := os.Getenv("MLXGO_TOKEN_BUDGET"); s != "" { // compare budgets (Config.TokenBudget)
 		cfg.TokenBudget, _ = strconv.Atoi(s)
 	}
+	if s := os.Getenv("MLXGO_PREFILL_ALONE"); s != "" { // compare schedules (Config.PrefillAlone)
+		cfg.PrefillAlone, _ = strconv.Atoi(s)
+	}
 	probeTokens := 0 // MLXGO_PROBE_TOKENS: probes with prompts of that many token ids (else a short chat message)
 	if s := os.Getenv("MLXGO_PROBE_TOKENS"); s != "" {
 		probeTokens, _ = strconv.Atoi(s)

@@ -24,6 +24,13 @@ import (
 // 0 (the seed's --batch default).
 const DefaultBatch = 8
 
+// DefaultPrefillAlone is Config.PrefillAlone's default on the CPU backend:
+// from 4 decoding rows a pass there is bound by arithmetic, so a joining
+// prompt's last chunk runs alone (its first token sooner) at little cost
+// to theirs. Other backends (a GPU's passes are bound by memory) run every
+// decoding row in every pass unless Config.PrefillAlone says otherwise.
+const DefaultPrefillAlone = 4
+
 // DefaultShutdownTimeout bounds how long Close lets running rows finish.
 const DefaultShutdownTimeout = 10 * time.Second
 
@@ -124,7 +131,12 @@ func newBatchLane(e *engine) (*batchLane, error) {
 		}
 		return nil, err
 	}
-	bo := generate.BatchOptions{MaxRows: cfg.Batch, TokenBudget: laneBudget(cfg), PrefillRows: cfg.PrefillRows, FillPrefill: cfg.FillPrefill, Backend: cfg.Backend, Pool: pool}
+	alone := cfg.PrefillAlone
+	if be := cfg.Backend; alone == 0 && (be == nil && tensor.Default().Name() == "cpu" || be != nil && be.Name() == "cpu") {
+		alone = DefaultPrefillAlone
+	}
+	bo := generate.BatchOptions{MaxRows: cfg.Batch, TokenBudget: laneBudget(cfg), PrefillRows: cfg.PrefillRows, FillPrefill: cfg.FillPrefill,
+		PrefillAlone: max(alone, 0), Backend: cfg.Backend, Pool: pool}
 	var l *batchLane
 	if ssd != nil {
 		// a row restores only files of its own namespace (adapter set)

@@ -152,6 +152,11 @@ type Config struct {
 	PrefillRows int
 	// FillPrefill is generate.BatchOptions.FillPrefill.
 	FillPrefill bool
+	// PrefillAlone is generate.BatchOptions.PrefillAlone: a joining
+	// prompt that ends in a pass gets that pass alone once this many rows
+	// decode (0: DefaultPrefillAlone on the CPU backend, never on others;
+	// negative: never, every decoding row in every pass).
+	PrefillAlone int
 	// PromptCacheBytes caps the prompt cache (0: DefaultPromptCacheBytes;
 	// negative: no prompt cache).
 	PromptCacheBytes int

@@ -24,3 +24,10 @@ func ewSumSq8(acc *[8]float32, v *float32, n int)
 //
 //go:noescape
 func ewScaleF32(o, x *float32, a float32, n int)
+
+// ropeHalves rotates the pairs (row[i], row[i+half]) for i < half (a
+// multiple of 16) by cos[i], sin[i] as RoPE's loops do, each product
+// rounded to bfloat16 when bf16 is 1 (float32 when 0).
+//
+//go:noescape
+func ropeHalves(row, cos, sin *float32, half, bf16 int)

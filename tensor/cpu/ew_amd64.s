@@ -126,3 +126,65 @@ sc_loop:
 	VZEROUPPER
 sc_done:
 	RET
+
+// BF16R rounds the 16 floats of Z to bfloat16 in place, leaving them as
+// float32 (the value tensor.RoundTo gives): b + 0x7fff + lsb with the low
+// half cleared, a NaN its top half | 0x40. Needs Z25-Z29 from BF16CONSTS
+// and Z24 = 0xffff0000 (RopeRow's prologue); clobbers Z1-Z3 and K1.
+#define BF16R(Z) \
+	VPSRLD    $16, Z, Z1 \
+	VPANDD    Z28, Z1, Z2 \
+	VPADDD    Z29, Z2, Z2 \
+	VPADDD    Z, Z2, Z2 \
+	VPANDD    Z27, Z, Z3 \
+	VPCMPUD   $6, Z26, Z3, K1 \
+	VPSLLD    $16, Z25, Z3 \
+	VPORD     Z3, Z, K1, Z2 \
+	VPANDD    Z24, Z2, Z
+
+// func ropeHalves(row, cos, sin *float32, half, bf16 int)
+//
+// Rotates the pairs (row[i], row[i+half]) for i < half (a multiple of
+// 16): with each product rounded to bfloat16 when bf16 is set,
+// row[i] = x1·c − x2·s and row[i+half] = x1·s + x2·c, as RoPE's loops.
+TEXT ·ropeHalves(SB), NOSPLIT, $0-40
+	MOVQ row+0(FP), DI
+	MOVQ cos+8(FP), SI
+	MOVQ sin+16(FP), DX
+	MOVQ half+24(FP), CX
+	MOVQ bf16+32(FP), R8
+	LEAQ (DI)(CX*4), R9
+	SHRQ $4, CX
+	JZ   rh_done
+	BF16CONSTS
+	MOVL $0xffff0000, BX
+	VPBROADCASTD BX, Z24
+rh_loop:
+	VMOVUPS (DI), Z4  // x1
+	VMOVUPS (R9), Z5  // x2
+	VMOVUPS (SI), Z6  // c
+	VMOVUPS (DX), Z7  // s
+	VMULPS  Z6, Z4, Z8  // x1·c
+	VMULPS  Z7, Z5, Z9  // x2·s
+	VMULPS  Z7, Z4, Z10 // x1·s
+	VMULPS  Z6, Z5, Z11 // x2·c
+	TESTQ   R8, R8
+	JZ      rh_sums
+	BF16R(Z8)
+	BF16R(Z9)
+	BF16R(Z10)
+	BF16R(Z11)
+rh_sums:
+	VSUBPS  Z9, Z8, Z8
+	VADDPS  Z11, Z10, Z10
+	VMOVUPS Z8, (DI)
+	VMOVUPS Z10, (R9)
+	ADDQ    $64, DI
+	ADDQ    $64, R9
+	ADDQ    $64, SI
+	ADDQ    $64, DX
+	DECQ    CX
+	JNZ     rh_loop
+	VZEROUPPER
+rh_done:
+	RET

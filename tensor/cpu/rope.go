@@ -118,6 +118,12 @@ func (be *Backend) rope(x *tensor.Array, o tensor.RoPEOptions, nb int, at func(b
 	}
 	rows := fusedRowOffsets(xi, shape)
 	perBatch := len(rows) / batch
+	// rotated halves 16 at a time in float32 or bfloat16 (the same bits)
+	vec := hasAVX512 && !o.Traditional && half%16 == 0 && half > 0 && (dt == tensor.Float32 || dt == tensor.BFloat16)
+	vbf16 := 0
+	if dt == tensor.BFloat16 {
+		vbf16 = 1
+	}
 	parallelFor(len(rows), max(1, 4096/max(d, 1)), func(lo, hi int) {
 		row := make([]float32, d)
 		pa, pb, pe, pf := make([]float32, half), make([]float32, half), make([]float32, half), make([]float32, half)
@@ -129,6 +135,11 @@ func (be *Backend) rope(x *tensor.Array, o tensor.RoPEOptions, nb int, at func(b
 			}
 			tb := (b*t + r%t) * half
 			c, s := cos[tb:tb+half], sin[tb:tb+half]
+			if vec {
+				ropeHalves(&row[0], &c[0], &s[0], half, vbf16)
+				fusedStore(om.buf.data, om.off+r*d, row, dt)
+				continue
+			}
 			// each product rounded to x's dtype (a row at a time,
 			// vectorized; nothing for float32), then the sums
 			for i := range half {

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -147,4 +148,45 @@ func TestRoPESpans(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRoPEVectorRows: the AVX-512 rotation of row halves gives the bits of
+// the loops, in float32 and bfloat16, for full and partial rotation, with
+// special values among the inputs.
+func TestRoPEVectorRows(t *testing.T) {
+	if !hasAVX512 {
+		t.Skip("no AVX-512: the loops are the only path")
+	}
+	fzNoLeak(t, func() {
+		r := rand.New(rand.NewPCG(11, 11))
+		for _, c := range []struct{ d, dims int }{{64, 64}, {128, 128}, {64, 32}, {256, 256}} {
+			xv := ewSpecialBits(r, 2*4*5*c.d)
+			for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+				x := tensor.FromFloat32(xv, []int{2, 4, 5, c.d}, dt)
+				o := tensor.RoPEOptions{Dims: c.dims, Base: 10000, Scale: 1, Offset: 1000}
+				got := tensor.RoPE(x, o)
+				hasAVX512 = false
+				want := tensor.RoPE(x, o)
+				hasAVX512 = true
+				g, w := got.Bytes(), want.Bytes()
+				es := dt.Size()
+				for i := 0; i < len(g); i += es {
+					if !slices.Equal(g[i:i+es], w[i:i+es]) && !(ropeNaNAt(g[i:i+es]) && ropeNaNAt(w[i:i+es])) {
+						t.Fatalf("%v d=%d dims=%d element %d: vector %x, loops %x", dt, c.d, c.dims, i/es, g[i:i+es], w[i:i+es])
+					}
+				}
+				tensor.Free(x, got, want)
+			}
+		}
+	})
+}
+
+// ropeNaNAt reports a NaN in the little-endian float32 or bfloat16 bytes
+// b (a NaN's payload is the product's or the sum's operand order's).
+func ropeNaNAt(b []byte) bool {
+	if len(b) == 2 {
+		return bf16NaN(uint16(b[0]) | uint16(b[1])<<8)
+	}
+	v := math.Float32frombits(uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24)
+	return v != v
 }

@@ -29,7 +29,8 @@ import (
 // first token of the 8 sent at once (p50: mean of the 4th and 5th)
 // against the lone stream's (ttft_8_x); and the time to first token of a
 // request that arrives while the 8 are decoding against one that arrives
-// at an idle server (ttft_x; the median of three one-token probes each;
+// at an idle server (ttft_x; the median of three one-token probes each,
+// MLXGO_PROBES of them when set;
 // the server gets one row more than 8 so that a probe joins at once), in
 // the same run, after one untimed warm-up request; the probes go to a
 // second run of the 8, so that their work is not in the throughput. Each
@@ -54,6 +55,10 @@ func serveConcurrency(b *testing.B, cfg Config, vocab int, eos []int32, chat boo
 	}
 	if s := os.Getenv("MLXGO_PREFILL_ALONE"); s != "" { // compare schedules (Config.PrefillAlone)
 		cfg.PrefillAlone, _ = strconv.Atoi(s)
+	}
+	nProbes := 3 // MLXGO_PROBES: one-token requests sent one after another (idle, and while the streams decode)
+	if s := os.Getenv("MLXGO_PROBES"); s != "" {
+		nProbes, _ = strconv.Atoi(s)
 	}
 	probeTokens := 0 // MLXGO_PROBE_TOKENS: probes with prompts of that many token ids (else a short chat message)
 	if s := os.Getenv("MLXGO_PROBE_TOKENS"); s != "" {
@@ -159,7 +164,7 @@ func serveConcurrency(b *testing.B, cfg Config, vocab int, eos []int32, chat boo
 				}
 				time.Sleep(time.Millisecond)
 			}
-			for range 3 {
+			for range nProbes {
 				tt, _, err := stream(1, nil)
 				if err != nil {
 					b.Error(err)
@@ -217,8 +222,8 @@ func serveConcurrency(b *testing.B, cfg Config, vocab int, eos []int32, chat boo
 		eight += t8
 		steady1 += s1
 		steady8 += s8
-		idle += ms(idleP[1])
-		loaded += ms(loadP[1])
+		idle += ms(idleP[len(idleP)/2])
+		loaded += ms(loadP[len(loadP)/2])
 		first1 += ms(f1[0])
 		first8 += (ms(f8[3]) + ms(f8[4])) / 2
 	}

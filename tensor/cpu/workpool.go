@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"runtime"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 // parallel call then starts goroutines of its own, as before the pool
 // (for measuring what the pool is worth).
 var poolOn = os.Getenv("MLXGO_CPU_POOL") != "off"
+
 
 // poolSpin is how long an idle worker polls for the next call before it
 // parks, at first; the caller spins as long for its workers' chunks.
@@ -206,6 +208,11 @@ func (p *workPool) loop(w *poolWorker, seen uint64) {
 		for k := 0; p.gen.Load() == seen; k++ {
 			if k&63 != 63 {
 				continue
+			}
+			if k&1023 == 1023 {
+				// a spinning worker holds a P: let the process's other
+				// goroutines (a server's request handlers) run meanwhile
+				runtime.Gosched()
 			}
 			if t0.IsZero() {
 				t0 = time.Now()

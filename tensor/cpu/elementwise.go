@@ -876,25 +876,29 @@ func ewBinaryBF16(op tensor.BinaryOp, o, x, y []uint16) {
 	if hasAVX512 && n >= 16 {
 		code := ewOpCode(op)
 		m := n &^ 15
-		if len(x) == n && len(y) == n {
-			ewBinBF16(code, &o[0], &x[0], &y[0], m)
-		} else {
-			var rep [512]uint16
-			scalar, other := y[0], x
+		// a scalar operand is read from a block of its copies
+		var rep [512]uint16
+		step := m
+		if len(x) != n || len(y) != n {
+			scalar := y[0]
 			if len(x) != n {
-				scalar, other = x[0], y
+				scalar = x[0]
 			}
 			for i := range rep {
 				rep[i] = scalar
 			}
-			for d := 0; d < m; d += len(rep) {
-				c := min(len(rep), m-d)
-				if len(x) == n {
-					ewBinBF16(code, &o[d], &other[d], &rep[0], c)
-				} else {
-					ewBinBF16(code, &o[d], &rep[0], &other[d], c)
-				}
+			step = len(rep)
+		}
+		for d := 0; d < m; d += step {
+			c := min(step, m-d)
+			xp, yp := &rep[0], &rep[0]
+			if len(x) == n {
+				xp = &x[d]
 			}
+			if len(y) == n {
+				yp = &y[d]
+			}
+			ewBinBF16(code, &o[d], xp, yp, c)
 		}
 		if m == n {
 			return

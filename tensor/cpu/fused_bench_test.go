@@ -9,17 +9,28 @@ import (
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
+// BenchmarkSDPADecode is one decode step's attention (one query token,
+// bfloat16) over tk keys of a longer cache: 8 query heads of 256 over 1 or
+// 4 K/V heads at 2048 keys, and the 1B-shaped Llama's 32 query heads over
+// 8 K/V heads of 64 (gqa) at a few lengths, the call a batched decode
+// makes for every row of every layer.
 func BenchmarkSDPADecode(b *testing.B) {
-	const hq, tk, d, cache = 8, 2048, 256, 4096
-	for _, hkv := range []int{1, 4} {
-		b.Run(fmt.Sprintf("hkv=%d", hkv), func(b *testing.B) {
-			q := tensor.FromFloat32(fzRand(hq*d, 1), []int{1, hq, 1, d}, tensor.BFloat16)
-			kc := tensor.FromFloat32(fzRand(hkv*cache*d, 2), []int{1, hkv, cache, d}, tensor.BFloat16)
-			vc := tensor.FromFloat32(fzRand(hkv*cache*d, 3), []int{1, hkv, cache, d}, tensor.BFloat16)
-			k := tensor.SliceAxis(kc, 2, 0, tk)
-			v := tensor.SliceAxis(vc, 2, 0, tk)
+	for _, c := range []struct {
+		name           string
+		hq, hkv, tk, d int
+	}{
+		{"hkv=1", 8, 1, 2048, 256}, {"hkv=4", 8, 4, 2048, 256},
+		{"gqa/tk=64", 32, 8, 64, 64}, {"gqa/tk=256", 32, 8, 256, 64}, {"gqa/tk=1024", 32, 8, 1024, 64},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			const cache = 4096
+			q := tensor.FromFloat32(fzRand(c.hq*c.d, 1), []int{1, c.hq, 1, c.d}, tensor.BFloat16)
+			kc := tensor.FromFloat32(fzRand(c.hkv*cache*c.d, 2), []int{1, c.hkv, cache, c.d}, tensor.BFloat16)
+			vc := tensor.FromFloat32(fzRand(c.hkv*cache*c.d, 3), []int{1, c.hkv, cache, c.d}, tensor.BFloat16)
+			k := tensor.SliceAxis(kc, 2, 0, c.tk)
+			v := tensor.SliceAxis(vc, 2, 0, c.tk)
 			defer tensor.Free(q, kc, vc, k, v)
-			b.SetBytes(int64(2 * hkv * tk * d * 2))
+			b.SetBytes(int64(2 * c.hkv * c.tk * c.d * 2))
 			b.ResetTimer()
 			for b.Loop() {
 				tensor.ScaledDotProductAttention(q, k, v, tensor.SDPAOptions{}).Free()

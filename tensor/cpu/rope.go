@@ -126,7 +126,10 @@ func (be *Backend) rope(x *tensor.Array, o tensor.RoPEOptions, nb int, at func(b
 	}
 	parallelFor(len(rows), max(1, 4096/max(d, 1)), func(lo, hi int) {
 		row := make([]float32, d)
-		pa, pb, pe, pf := make([]float32, half), make([]float32, half), make([]float32, half), make([]float32, half)
+		var pa, pb, pe, pf []float32 // the loops' products
+		if !vec {
+			pa, pb, pe, pf = make([]float32, half), make([]float32, half), make([]float32, half), make([]float32, half)
+		}
 		for r := lo; r < hi; r++ {
 			fusedLoad(row, xi.buf.data, rows[r], dt)
 			b := 0

@@ -352,14 +352,17 @@ func (p *sdpaPlan) prefetch(it, parts int) {
 	if p.split {
 		j0, j1 = max(0, kc*sdpaChunk-p.pad), min(p.tk, (kc+1)*sdpaChunk-p.pad)
 	}
-	for _, kv := range []*sdpaKV{&p.k, &p.v} {
-		es := kv.dt.Size()
+	for i, kv := range []*sdpaKV{&p.k, &p.v} {
+		es, width := kv.dt.Size(), p.d
+		if i == 1 {
+			width = p.dv
+		}
 		for j := j0; j < j1; {
 			seg := j / kv.segLen
 			n := min(j1, (seg+1)*kv.segLen) - j
 			o := kv.row(b, kvh, j)
 			if kv.rs > 0 && n > 0 {
-				prefetchL2(&kv.data[o*es], ((n-1)*kv.rs+p.d)*es)
+				prefetchL2(&kv.data[o*es], ((n-1)*kv.rs+width)*es)
 			}
 			j += n
 		}

@@ -1,8 +1,8 @@
 package cpu
 
 import (
-	"runtime"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +19,6 @@ import (
 // parallel call then starts goroutines of its own, as before the pool
 // (for measuring what the pool is worth).
 var poolOn = os.Getenv("MLXGO_CPU_POOL") != "off"
-
 
 // poolSpin is how long an idle worker polls for the next call before it
 // parks, at first; the caller spins as long for its workers' chunks.

@@ -31,3 +31,9 @@ func ewScaleF32(o, x *float32, a float32, n int)
 //
 //go:noescape
 func ropeHalves(row, cos, sin *float32, half, bf16 int)
+
+// ewMaxAVX512 is the largest of the n float32 at x (n a positive multiple
+// of 16) and whether none was NaN; AVX-512 only (see ewMaxF32).
+//
+//go:noescape
+func ewMaxAVX512(x *float32, n int) (m float32, clean bool)

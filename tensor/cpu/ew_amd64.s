@@ -188,3 +188,34 @@ rh_sums:
 	VZEROUPPER
 rh_done:
 	RET
+
+// func ewMaxAVX512(x *float32, n int) (m float32, clean bool)
+//
+// m is the largest of x[0..n) (n a positive multiple of 16) by VMAXPS
+// lanes; clean reports that no element was NaN (m is meaningless then).
+TEXT ·ewMaxAVX512(SB), NOSPLIT, $0-21
+	MOVQ    x+0(FP), SI
+	MOVQ    n+8(FP), CX
+	VMOVUPS (SI), Z0
+	KXORW   K1, K1, K1
+em_loop:
+	VMOVUPS (SI), Z2
+	VCMPPS  $3, Z2, Z2, K2 // unordered: NaN lanes
+	KORW    K2, K1, K1
+	VMAXPS  Z2, Z0, Z0
+	ADDQ    $64, SI
+	SUBQ    $16, CX
+	JNZ     em_loop
+	VEXTRACTF64X4 $1, Z0, Y1
+	VMAXPS  Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VMAXPS  X1, X0, X0
+	VPERMILPS $0x4e, X0, X1
+	VMAXPS  X1, X0, X0
+	VPERMILPS $0xb1, X0, X1
+	VMAXPS  X1, X0, X0
+	MOVSS   X0, m+16(FP)
+	KORTESTW K1, K1
+	SETEQ   clean+20(FP)
+	VZEROUPPER
+	RET

@@ -125,8 +125,27 @@ func ewSumF64(x []float32) float64 {
 	return (s0 + s1) + (s2 + s3)
 }
 
-// ewMaxF32 is the maximum of x, NaN if any element is NaN.
+// ewMaxF32 is the maximum of m and x, NaN if any element is NaN: the
+// first NaN of x, or m when it is NaN and x has none; among equal values
+// the earliest (which decides only the sign of a zero). Long rows take
+// ewMaxAVX512 for their whole vectors, which gives those bits whenever
+// the vectors hold no NaN and their maximum is not zero (non-zero floats
+// that compare equal are the same bits); otherwise the loop below runs.
 func ewMaxF32(m float32, x []float32) float32 {
+	if hasAVX512 && len(x) >= 64 {
+		n := len(x) &^ 15
+		if v, clean := ewMaxAVX512(&x[0], n); clean && v != 0 {
+			if v > m {
+				m = v
+			}
+			return ewMaxF32Loop(m, x[n:])
+		}
+	}
+	return ewMaxF32Loop(m, x)
+}
+
+// ewMaxF32Loop is ewMaxF32 element by element.
+func ewMaxF32Loop(m float32, x []float32) float32 {
 	for _, v := range x {
 		if v > m || v != v {
 			m = v

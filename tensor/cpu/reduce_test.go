@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -291,5 +292,49 @@ func BenchmarkSumLastAxisBF16(b *testing.B) {
 	b.SetBytes(512 * 2048 * 2)
 	for b.Loop() {
 		tensor.Sum(x, []int{1}, false).Free()
+	}
+}
+
+// TestMaxVector holds ewMaxF32's vector path to its element loop bit for
+// bit: NaNs (first one's payload returned), signed zeros, infinities,
+// an initial value above, equal to or below the row, and lengths around
+// the vector width.
+func TestMaxVector(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 4))
+	nan1, nan2 := math.Float32frombits(0x7fc00001), math.Float32frombits(0xffc00002)
+	negZero := float32(math.Copysign(0, -1))
+	inf := float32(math.Inf(1))
+	specials := []float32{nan1, nan2, 0, negZero, inf, -inf}
+	for trial := range 4000 {
+		n := []int{63, 64, 65, 80, 127, 128, 1000, 32000}[trial%8]
+		x := make([]float32, n)
+		mode := trial / 8 % 6
+		for i := range x {
+			switch mode {
+			case 0, 1:
+				x[i] = float32(r.NormFloat64())
+			case 2: // all ≤ 0 with zeros: the maximum is a zero
+				x[i] = -float32(math.Abs(r.NormFloat64()))
+				if r.IntN(50) == 0 {
+					x[i] = []float32{0, negZero}[r.IntN(2)]
+				}
+			case 3:
+				x[i] = -inf
+			default:
+				x[i] = float32(r.NormFloat64())
+				if r.IntN(200) == 0 {
+					x[i] = specials[r.IntN(len(specials))]
+				}
+			}
+		}
+		if mode == 1 && n > 70 {
+			x[n-1-r.IntN(15)] = 50 // the maximum in the scalar tail
+		}
+		for _, m := range []float32{float32(math.Inf(-1)), 0, negZero, x[r.IntN(n)], 10, nan2} {
+			got, want := ewMaxF32(m, x), ewMaxF32Loop(m, x)
+			if math.Float32bits(got) != math.Float32bits(want) {
+				t.Fatalf("n=%d mode=%d m=%v: %#x, loop %#x", n, mode, m, math.Float32bits(got), math.Float32bits(want))
+			}
+		}
 	}
 }

@@ -28,7 +28,9 @@
 #   without Go); otherwise they are built from this checkout.
 #   MLXGO_INT8_ACTIVATIONS=1: mlxgo runs with int8 activations (as
 #   --int8-activations), the counterpart of llama.cpp's Q8 activations.
-# tools/llamacpp/debian-bins.sh prepares LLAMACPP_BIN from Debian's build.
+# tools/llamacpp/debian-bins.sh prepares LLAMACPP_BIN from Debian's build;
+# tools/llamacpp/ollama-src.sh builds one from the llama.cpp source ollama
+# vendors (no llama-server there: bench and profile only).
 set -euo pipefail
 
 mode=${1:-all}

@@ -252,10 +252,16 @@ func (c *PagedCache) writeAt(enc []*tensor.Array, at int, fresh bool) {
 				c.table[j] = nb
 			}
 			b := int(c.table[j])
+			whole := lo == at && hi == at+n // the write in one span: no slice
 			for i, p := range lp.parts {
-				u := sliceT(enc[i], lo-at, hi-at)
+				u := enc[i]
+				if !whole {
+					u = sliceT(enc[i], lo-at, hi-at)
+				}
 				p.SetSlice(u, []int{b, 0, lo - j*bs, 0}, []int{b + 1, p.Dim(1), hi - j*bs, p.Dim(3)}, nil)
-				u.Free()
+				if !whole {
+					u.Free()
+				}
 			}
 			lo = hi
 		}

@@ -172,6 +172,35 @@ func layoutCases() []testCase {
 			c.check("SetSlice on view", v, []int{4, 4}, tensor.Float32, vv, tol{})
 			c.check("base of the view is untouched", base, []int{4, 6}, tensor.Float32, bv, tol{})
 		}},
+		testCase{"SetSlice/row-view-update", func(c *checker) {
+			// a batch's keys [1, H, T, D] written one token (a strided view
+			// with dense rows) at a time into a block pool [N, H, S, D], as
+			// paged caches do; and a view of the pool itself as the update
+			keys, kv := c.in([]int{1, 2, 3, 4}, tensor.BFloat16, uni(-1, 1), dense)
+			pool := c.T(tensor.Zeros([]int{3, 2, 5, 4}, tensor.BFloat16))
+			want := make([]float64, 3*2*5*4)
+			for tok := 0; tok < 3; tok++ {
+				u := c.T(tensor.SliceAxis(keys, 2, tok, tok+1)) // [1, 2, 1, 4]
+				blk, pos := tok%3, 4-tok
+				pool.SetSlice(u, []int{blk, 0, pos, 0}, []int{blk + 1, 2, pos + 1, 4}, nil)
+				for h := 0; h < 2; h++ {
+					for d := 0; d < 4; d++ {
+						want[((blk*2+h)*5+pos)*4+d] = kv[(h*3+tok)*4+d]
+					}
+				}
+			}
+			if !c.check("pool after row writes", pool, []int{3, 2, 5, 4}, tensor.BFloat16, want, tol{}) {
+				return
+			}
+			src := c.T(tensor.Slice(pool, []int{0, 0, 4, 0}, []int{1, 2, 5, 4}, nil)) // block 0's slot 4, a view of pool
+			pool.SetSlice(src, []int{2, 0, 0, 0}, []int{3, 2, 1, 4}, nil)
+			for h := 0; h < 2; h++ {
+				for d := 0; d < 4; d++ {
+					want[((2*2+h)*5+0)*4+d] = want[((0*2+h)*5+4)*4+d]
+				}
+			}
+			c.check("pool after a self write", pool, []int{3, 2, 5, 4}, tensor.BFloat16, want, tol{})
+		}},
 		testCase{"SetSlice/repeated-kv-write", func(c *checker) {
 			// the KV-cache pattern: write one step at a time, reading views in between
 			cache := c.T(tensor.Zeros([]int{1, 2, 8, 4}, tensor.BFloat16))

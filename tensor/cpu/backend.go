@@ -206,18 +206,26 @@ func writeRegion(dst *impl, dstShape []int, update *tensor.Array, start, step []
 	if n == 0 {
 		return
 	}
-	uc, owned := contig(update)
-	if owned {
-		defer uc.buf.drop()
+	nd := len(region)
+	// an update whose rows are dense and whose storage is not dst's is
+	// read in place (a row slice of a batch's keys, say); any other is
+	// made contiguous first
+	ui := get(update)
+	direct := nd > 0 && ui.strides[nd-1] == 1 && ui.buf != dst.buf
+	var ub []byte
+	if !direct {
+		uc, owned := contig(update)
+		if owned {
+			defer uc.buf.drop()
+		}
+		ub = bytesOf(uc, n, es)
 	}
-	ub := bytesOf(uc, n, es)
 	off := dst.off
 	strides := make([]int, len(region))
 	for i := range region {
 		off += start[i] * dst.strides[i]
 		strides[i] = dst.strides[i] * step[i]
 	}
-	nd := len(region)
 	if nd == 0 {
 		copy(dst.buf.data[off*es:(off+1)*es], ub)
 		return
@@ -231,7 +239,16 @@ func writeRegion(dst *impl, dstShape []int, update *tensor.Array, start, step []
 		for d := 0; d < nd-1; d++ {
 			base += idx[d] * strides[d]
 		}
-		src := ub[row*inner*es : (row+1)*inner*es]
+		var src []byte
+		if direct {
+			so := ui.off
+			for d := 0; d < nd-1; d++ {
+				so += idx[d] * ui.strides[d]
+			}
+			src = ui.buf.data[so*es : (so+inner)*es]
+		} else {
+			src = ub[row*inner*es : (row+1)*inner*es]
+		}
 		if strides[nd-1] == 1 {
 			copy(data[base*es:(base+inner)*es], src)
 		} else {

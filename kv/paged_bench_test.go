@@ -159,3 +159,45 @@ func benchPagedVsContiguous(b *testing.B, kind string, ctx, bs int) {
 		b.ReportMetric(float64(total[2])/float64(total[0]), "gather/contig")
 	}
 }
+
+// BenchmarkRowsWrite is one layer's KV write of a batched decode step:
+// 8 rows of 200 tokens each on paged caches (block size 64) take one token
+// each through kv.Rows (keys and values [1, 8, 8, 64] bfloat16), which
+// are trimmed again after every iteration.
+func BenchmarkRowsWrite(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 2))
+	const rows, ctx = 8, 200
+	pool, err := NewPool(PoolConfig{BlockSize: 64, Blocks: rows * 8, Layers: []LayerSpec{{}}, Preallocate: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Free()
+	cs := make([]Cache, rows)
+	lens := make([]int, rows)
+	for i := range cs {
+		c, err := pool.NewCache(0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fill(c, r, ctx)
+		cs[i], lens[i] = c, 1
+	}
+	defer func() {
+		for _, c := range cs {
+			c.Free()
+		}
+	}()
+	k := tensor.FromFloat32(randVals(r, 8*rows*64), []int{1, 8, rows, 64}, tensor.BFloat16)
+	v := tensor.FromFloat32(randVals(r, 8*rows*64), []int{1, 8, rows, 64}, tensor.BFloat16)
+	defer tensor.Free(k, v)
+	rw := NewRows(cs, lens)
+	b.ResetTimer()
+	for range b.N {
+		sc := tensor.NewScope()
+		rw.UpdateAndFetch(k, v)
+		sc.Close()
+		for _, c := range cs {
+			c.Trim(1)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -283,6 +284,20 @@ func BenchmarkSoftmaxVocab(b *testing.B) {
 	b.SetBytes(262144 * 4)
 	for b.Loop() {
 		tensor.Softmax(x, -1).Free()
+	}
+}
+
+// BenchmarkLogSoftmaxSampler is the sampler's log-softmax of one and of
+// eight float32 rows of a 32000-token vocabulary.
+func BenchmarkLogSoftmaxSampler(b *testing.B) {
+	for _, rows := range []int{1, 8} {
+		x := tensor.FromFloat32(ewtRand(rows*32000, 1), []int{rows, 32000}, tensor.Float32)
+		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
+			for b.Loop() {
+				tensor.LogSoftmax(x, -1).Free()
+			}
+		})
+		x.Free()
 	}
 }
 

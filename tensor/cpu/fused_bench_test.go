@@ -61,14 +61,19 @@ func BenchmarkRoPE(b *testing.B) {
 	}
 }
 
+// BenchmarkRMSNorm is a prefill's norm (128 rows of 4096) and a decode
+// step's (one row of 2048, where the per-call costs dominate).
 func BenchmarkRMSNorm(b *testing.B) {
-	const rows, d = 128, 4096
-	x := tensor.FromFloat32(fzRand(rows*d, 1), []int{rows, d}, tensor.BFloat16)
-	w := tensor.FromFloat32(fzRand(d, 2), []int{d}, tensor.BFloat16)
-	defer tensor.Free(x, w)
-	b.SetBytes(int64(rows * d * 2))
-	for b.Loop() {
-		tensor.RMSNorm(x, w, 1e-6).Free()
+	for _, c := range []struct{ rows, d int }{{128, 4096}, {1, 2048}} {
+		x := tensor.FromFloat32(fzRand(c.rows*c.d, 1), []int{c.rows, c.d}, tensor.BFloat16)
+		w := tensor.FromFloat32(fzRand(c.d, 2), []int{c.d}, tensor.BFloat16)
+		b.Run(fmt.Sprintf("rows=%d/d=%d", c.rows, c.d), func(b *testing.B) {
+			b.SetBytes(int64(c.rows * c.d * 2))
+			for b.Loop() {
+				tensor.RMSNorm(x, w, 1e-6).Free()
+			}
+		})
+		tensor.Free(x, w)
 	}
 }
 

@@ -214,9 +214,14 @@ func (be *Backend) sdpa(q *tensor.Array, k, v sdpaKV, hkv, tk, dv int, o tensor.
 	if p.split {
 		parts = p.chunks
 	}
-	p.m = make([]float32, parts*totalRows)
-	p.l = make([]float32, parts*totalRows)
-	p.acc = make([]float32, parts*totalRows*p.dv)
+	// the partials come from a pooled buffer, zeroed as fresh slices would
+	// be (decode calls this for every layer of every step, and a few KiB
+	// allocated per call cost more than the small attention itself)
+	nm := parts * totalRows
+	pb := sdpaPartials.get(2*nm + nm*p.dv)
+	defer sdpaPartials.put(pb)
+	clear(*pb)
+	p.m, p.l, p.acc = (*pb)[:nm:nm], (*pb)[nm:2*nm:2*nm], (*pb)[2*nm:]
 
 	parallelFor(items*parts, 1, func(lo, hi int) {
 		s := getSDPAScratch(p)
@@ -246,6 +251,9 @@ type sdpaScratch struct {
 	qa, kp, vp, pa, at []float32
 	e                  []float32 // one row's probabilities
 }
+
+// sdpaPartials recycles the per-call partial results (m, l, acc).
+var sdpaPartials sizedScratch
 
 // sdpaPool recycles the workers' scratch (a few hundred KiB each at head
 // dim 256): decode calls SDPA for every layer of every step.

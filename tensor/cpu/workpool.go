@@ -238,8 +238,8 @@ func (p *workPool) loop(w *poolWorker, seen uint64) {
 		if j := p.cur.Load(); j != nil {
 			j.drain()
 		}
-		// and after each call's chunks: a decode step runs kernels back to
-		// back, so without this a request handler waited for the
+		// yield after each call's chunks too: a decode step runs kernels
+		// back to back, so a request handler would otherwise wait for the
 		// scheduler's preemption (10 ms) before it got a processor
 		runtime.Gosched()
 	}

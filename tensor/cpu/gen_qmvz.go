@@ -84,10 +84,35 @@ func tables(bits int, regs ...int) string {
 	return s
 }
 
-func acc(i int) int { return 8 + i }
+// chains is how many accumulators each (x row, weight row) chain keeps:
+// vector v of a block goes into accumulator v mod chains, so that a lone
+// x row keeps more FMAs in flight than one chain's latency allows; they
+// are added (0 + 1) before the lanes are summed.
+const chains = 2
 
-// accB is row i's accumulator for the second weight row of a pair.
-func accB(i int) int { return 16 + i }
+// acc is x row i's accumulator a (for the first weight row of a pair).
+func acc(i, a int) int { return 8 + chains*i + a }
+
+// accB is x row i's accumulator a for the second weight row of a pair.
+func accB(i, a int) int { return 16 + chains*i + a }
+
+// pairRows is the most x rows a pass takes weight rows in pairs with
+// (their accumulators fill Z8..Z23); larger passes go one weight row at a
+// time.
+const pairRows = 4
+
+// accOff is the byte offset in acc of x row i's accumulator a for the
+// weight row j of the pair (0 or 1) in a pass of nx rows.
+func accOff(nx, j, i, a int) int { return 64 * (chains*(j*nx+i) + a) }
+
+// sumChains adds a chain's accumulators into the first (z(0)).
+func sumChains(z func(a int) int) string {
+	s := ""
+	for a := 1; a < chains; a++ {
+		s += fmt.Sprintf("\tVADDPS Z%d, Z%d, Z%d\n", z(a), z(0), z(0))
+	}
+	return s
+}
 
 // pairBody emits the loop over pairs of weight rows for a pass of nx x
 // rows (label prefix p): both rows' blocks are decoded, then each x vector
@@ -101,12 +126,14 @@ func pairBody(w func(string, ...any), bits int, pair bool, p, l string, nx int) 
 	w("\tMOVQ R14, nrows+128(FP)\n\tMOVQ ldw+8(FP), R14\n\tMOVQ lds+56(FP), DX\n")
 	w("\tMOVQ flags+144(FP), AX\n\tTESTQ $1, AX\n\tJZ %s_pload\n", p)
 	for i := range nx {
-		w("\tVPXORD Z%d, Z%d, Z%d\n\tVPXORD Z%d, Z%d, Z%d\n", acc(i), acc(i), acc(i), accB(i), accB(i), accB(i))
+		for a := range chains {
+			w("\tVPXORD Z%d, Z%d, Z%d\n\tVPXORD Z%d, Z%d, Z%d\n", acc(i, a), acc(i, a), acc(i, a), accB(i, a), accB(i, a), accB(i, a))
+		}
 	}
 	w("\tMOVQ b+64(FP), AX\n\tMOVQ gx+88(FP), CX\n\tMOVQ nbv+80(FP), R12\n\tMOVQ ldb+72(FP), R11\n")
 	w("%s_pbias:\n\tVMOVUPS (AX), Z5\n\tVMOVUPS (AX)(R11*1), Z7\n\tMOVQ CX, R13\n", p)
 	for i := range nx {
-		w("\tVFMADD231PS (R13), Z5, Z%d\n\tVFMADD231PS (R13), Z7, Z%d\n", acc(i), accB(i))
+		w("\tVFMADD231PS (R13), Z5, Z%d\n\tVFMADD231PS (R13), Z7, Z%d\n", acc(i, 0), accB(i, 0))
 		if i+1 < nx {
 			w("\tADDQ ldg+96(FP), R13\n")
 		}
@@ -114,7 +141,9 @@ func pairBody(w func(string, ...any), bits int, pair bool, p, l string, nx int) 
 	w("\tADDQ $64, AX\n\tADDQ $64, CX\n\tDECQ R12\n\tJNZ %s_pbias\n\tJMP %s_pblocks\n", p, p)
 	w("%s_pload:\n", p)
 	for i := range nx {
-		w("\tVMOVUPS %d(R10), Z%d\n\tVMOVUPS %d(R10), Z%d\n", 64*i, acc(i), 64*(nx+i), accB(i))
+		for a := range chains {
+			w("\tVMOVUPS %d(R10), Z%d\n\tVMOVUPS %d(R10), Z%d\n", accOff(nx, 0, i, a), acc(i, a), accOff(nx, 1, i, a), accB(i, a))
+		}
 	}
 	w("%s_pblocks:\n\tMOVQ pfd+136(FP), CX\n\tMOVQ x+16(FP), R11\n\tMOVQ R9, R8\n\tMOVQ R15, SI\n\tMOVQ nit+32(FP), R12\n", p)
 	if pair {
@@ -128,7 +157,7 @@ func pairBody(w func(string, ...any), bits int, pair bool, p, l string, nx int) 
 	w("\tMOVQ R11, AX\n")
 	for i := range nx {
 		for v := range 4 {
-			w("\tVMOVUPS %d(AX), Z31\n\tVFMADD231PS Z31, Z%d, Z%d\n\tVFMADD231PS Z31, Z%d, Z%d\n", 64*v, v, acc(i), 24+v, accB(i))
+			w("\tVMOVUPS %d(AX), Z31\n\tVFMADD231PS Z31, Z%d, Z%d\n\tVFMADD231PS Z31, Z%d, Z%d\n", 64*v, v, acc(i, v%chains), 24+v, accB(i, v%chains))
 		}
 		if i+1 < nx {
 			w("\tADDQ BX, AX\n")
@@ -137,17 +166,19 @@ func pairBody(w func(string, ...any), bits int, pair bool, p, l string, nx int) 
 	w("\tADDQ $256, R11\n\tDECQ R13\n\tJNZ %s_pblk\n\tDECQ R12\n\tJNZ %s_pgrp\n", p, p)
 	w("\tMOVQ flags+144(FP), AX\n\tTESTQ $2, AX\n\tJZ %s_pstore\n\tMOVQ DI, AX\n", p)
 	for i := range nx {
-		w("%s", hsum(acc(i), "(AX)"))
-		w("%s", hsum(accB(i), "4(AX)"))
+		w("%s%s", sumChains(func(a int) int { return acc(i, a) }), hsum(acc(i, 0), "(AX)"))
+		w("%s%s", sumChains(func(a int) int { return accB(i, a) }), hsum(accB(i, 0), "4(AX)"))
 		if i+1 < nx {
 			w("\tADDQ ldo+120(FP), AX\n")
 		}
 	}
 	w("\tJMP %s_pnext\n%s_pstore:\n", p, p)
 	for i := range nx {
-		w("\tVMOVUPS Z%d, %d(R10)\n\tVMOVUPS Z%d, %d(R10)\n", acc(i), 64*i, accB(i), 64*(nx+i))
+		for a := range chains {
+			w("\tVMOVUPS Z%d, %d(R10)\n\tVMOVUPS Z%d, %d(R10)\n", acc(i, a), accOff(nx, 0, i, a), accB(i, a), accOff(nx, 1, i, a))
+		}
 	}
-	w("%s_pnext:\n\tADDQ $8, DI\n\tADDQ $%d, R10\n\tADDQ R14, R15\n\tADDQ R14, R15\n\tADDQ DX, R9\n\tADDQ DX, R9\n", p, 128*nx)
+	w("%s_pnext:\n\tADDQ $8, DI\n\tADDQ $%d, R10\n\tADDQ R14, R15\n\tADDQ R14, R15\n\tADDQ DX, R9\n\tADDQ DX, R9\n", p, accOff(nx, 2, 0, 0))
 	w("\tMOVQ b+64(FP), AX\n\tADDQ ldb+72(FP), AX\n\tADDQ ldb+72(FP), AX\n\tMOVQ AX, b+64(FP)\n")
 	w("\tMOVQ nrows+128(FP), R14\n\tMOVQ x+16(FP), DX\n\tSUBQ $2, R14\n\tJMP %s_pchk\n", p)
 }
@@ -180,17 +211,21 @@ func main() {
 			for nx := 1; nx <= maxRows; nx++ {
 				p := fmt.Sprintf("%s_%d", l, nx)
 				w("\n%s_r%d:\n", l, nx)
-				pairBody(w, bits, pair, p, l, nx)
+				if nx <= pairRows {
+					pairBody(w, bits, pair, p, l, nx)
+				}
 				w("%s_row:\n\tTESTQ R14, R14\n\tJZ %s_done\n", p, l)
 				w("\tMOVQ flags+144(FP), AX\n\tTESTQ $1, AX\n\tJZ %s_load\n", p)
 				w("\t// first chunk: acc = Σ_j b[16j..16j+15]·gx[16j..16j+15] (the bias terms)\n")
 				for i := range nx {
-					w("\tVPXORD Z%d, Z%d, Z%d\n", acc(i), acc(i), acc(i))
+					for a := range chains {
+						w("\tVPXORD Z%d, Z%d, Z%d\n", acc(i, a), acc(i, a), acc(i, a))
+					}
 				}
 				w("\tMOVQ b+64(FP), AX\n\tMOVQ gx+88(FP), CX\n\tMOVQ nbv+80(FP), R12\n")
 				w("%s_bias:\n\tVMOVUPS (AX), Z5\n\tMOVQ CX, R13\n", p)
 				for i := range nx {
-					w("\tVFMADD231PS (R13), Z5, Z%d\n", acc(i))
+					w("\tVFMADD231PS (R13), Z5, Z%d\n", acc(i, 0))
 					if i+1 < nx {
 						w("\tADDQ ldg+96(FP), R13\n")
 					}
@@ -198,7 +233,9 @@ func main() {
 				w("\tADDQ $64, AX\n\tADDQ $64, CX\n\tDECQ R12\n\tJNZ %s_bias\n\tJMP %s_blocks\n", p, p)
 				w("%s_load:\n", p)
 				for i := range nx {
-					w("\tVMOVUPS %d(R10), Z%d\n", 64*i, acc(i))
+					for a := range chains {
+						w("\tVMOVUPS %d(R10), Z%d\n", accOff(nx, 0, i, a), acc(i, a))
+					}
 				}
 				w("%s_blocks:\n\tMOVQ pfd+136(FP), CX\n\tMOVQ DX, R11\n\tMOVQ R9, R8\n\tMOVQ R15, SI\n\tMOVQ nit+32(FP), R12\n", p)
 				if pair {
@@ -212,7 +249,7 @@ func main() {
 				w("\tMOVQ R11, AX\n")
 				for i := range nx {
 					for v := range 4 {
-						w("\tVFMADD231PS %d(AX), Z%d, Z%d\n", 64*v, v, acc(i))
+						w("\tVFMADD231PS %d(AX), Z%d, Z%d\n", 64*v, v, acc(i, v%chains))
 					}
 					if i+1 < nx {
 						w("\tADDQ BX, AX\n")
@@ -222,16 +259,18 @@ func main() {
 				w("\tMOVQ flags+144(FP), AX\n\tTESTQ $2, AX\n\tJZ %s_store\n", p)
 				w("\t// last chunk: each row's lanes summed, (i, i+8), (i, i+4), then pairwise\n\tMOVQ DI, AX\n")
 				for i := range nx {
-					w("%s", hsum(acc(i), "(AX)"))
+					w("%s%s", sumChains(func(a int) int { return acc(i, a) }), hsum(acc(i, 0), "(AX)"))
 					if i+1 < nx {
 						w("\tADDQ ldo+120(FP), AX\n")
 					}
 				}
 				w("\tJMP %s_next\n%s_store:\n", p, p)
 				for i := range nx {
-					w("\tVMOVUPS Z%d, %d(R10)\n", acc(i), 64*i)
+					for a := range chains {
+						w("\tVMOVUPS Z%d, %d(R10)\n", acc(i, a), accOff(nx, 0, i, a))
+					}
 				}
-				w("%s_next:\n\tADDQ $4, DI\n\tADDQ $%d, R10\n\tADDQ ldw+8(FP), R15\n\tADDQ lds+56(FP), R9\n", p, 64*nx)
+				w("%s_next:\n\tADDQ $4, DI\n\tADDQ $%d, R10\n\tADDQ ldw+8(FP), R15\n\tADDQ lds+56(FP), R9\n", p, accOff(nx, 1, 0, 0))
 				w("\tMOVQ b+64(FP), AX\n\tADDQ ldb+72(FP), AX\n\tMOVQ AX, b+64(FP)\n")
 				w("\tDECQ R14\n\tJNZ %s_row\n\tJMP %s_done\n", p, l)
 			}

@@ -300,14 +300,18 @@ func qmmRun(dst, xb []byte, dt tensor.DType, rows int, w qmat, transpose bool) {
 }
 
 // qmvTFirst reports whether x·Wᵀ goes to the AVX512_BF16 kernel (qmvT)
-// ahead of qmvZ: for bfloat16 and float16 x and K above 512 (model
-// weights; a quantized KV cache's head dims stay on qmvZ, paged or not).
-// There it reads a single row's weights at 1.5–1.8× qmvZ's rate for
-// bfloat16 (QMatmulSmallM, AMD EPYC: 34–38 against 20–24 GB/s) and
+// ahead of qmvZ: for 4-bit weights, bfloat16 and float16 x and K above
+// 512 (model weights; a quantized KV cache's head dims stay on qmvZ, paged
+// or not). There qmvT read a single row's weights at 1.5–1.8× qmvZ's rate
+// for bfloat16 (QMatmulSmallM, AMD EPYC: 34–38 against 20–24 GB/s) and
 // 1.7–1.9× for float16 (its hi+lo split, GB/cpu-s), and at 8 rows, with
 // the two-row kernels and chunked long rows, 1.25–1.45× for float16.
+// 8-bit weights stay on qmvZ: qmvT runs them as two nibble halves (twice
+// the dot work per byte), and on AMD EPYC (Zen 5, one core, weights from
+// memory) qmvZ reads them at 1.4× qmvT's rate for one x row (26–28
+// against 18–19 GB/s) and 1.2–1.5× for eight.
 func qmvTFirst(w qmat, dt tensor.DType) bool {
-	return qmvTFirstOn && (dt == tensor.BFloat16 || dt == tensor.Float16) && w.cols > 512 && qmvUsable(w, dt)
+	return qmvTFirstOn && w.bits == 4 && (dt == tensor.BFloat16 || dt == tensor.Float16) && w.cols > 512 && qmvUsable(w, dt)
 }
 
 // qmvTFirstOn lets tests and benchmarks put qmvZ first again.

@@ -26,6 +26,22 @@ import "unsafe"
 // Z16+i for the second.
 const qmvzMaxRows = 8
 
+// qmvzPrefetchBytes is about how far ahead of its reads a worker
+// prefetches weights when a call is not chunked in K: the smallest whole
+// number of weight-row pairs at least this long, so that the address a
+// row prefetches is the same offset in a row two, four, … rows on, which
+// this worker reads next (both rows of a pair then prefetch their
+// successors). At 2 KiB ahead a single x row read its weights from memory
+// at 19 GB/s on one AMD EPYC (Zen 5) core, at 16 KiB 26–28
+// (BenchmarkQMatmulSmallM, z rows, 8-bit).
+const qmvzPrefetchBytes = 16 << 10
+
+// qmvzChains is how many accumulators each (x row, weight row) chain
+// keeps in the kernels (gen_qmvz.go's chains): vector v of a 64-code block
+// (codes 16v..16v+15) accumulates into v mod qmvzChains, and the
+// accumulators are added in order before the lanes are summed.
+const qmvzChains = 2
+
 // qmvzOn lets tests switch the AVX-512 kernels off (to reach qmvT and
 // qmmT4 on machines that have them).
 var qmvzOn = true
@@ -77,10 +93,10 @@ func qmvZ(out, x []float32, rows int, w qmat) {
 	pfd := 2 * bpr
 	if !chunked {
 		ci = nit
-		pfd = 2048
+		pfd *= (qmvzPrefetchBytes + pfd - 1) / pfd
 	}
 	parallelFor(n, qmvaRowBlock, func(r0, r1 int) {
-		sb := qmvaPool.get(qmvaRowBlock*(2*ng+ngp) + qmvaRowBlock*qmvzMaxRows*16)
+		sb := qmvaPool.get(qmvaRowBlock*(2*ng+ngp) + qmvaRowBlock*qmvzMaxRows*16*qmvzChains)
 		defer qmvaPool.put(sb)
 		f := *sb
 		sv := f[:qmvaRowBlock*ng]

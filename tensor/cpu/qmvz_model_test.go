@@ -21,17 +21,19 @@ func qmvzModel(bits int, pair bool) qmvzKern {
 		}
 		fma := func(a, b, c float32) float32 { return float32(math.FMA(float64(a), float64(b), float64(c))) }
 		for r := range nrows {
-			var z [16][16]float32
+			var z [16][qmvzChains][16]float32
 			for i := range nx {
 				if flags&1 != 0 {
 					for j := range nbv {
 						for l := range 16 {
-							z[i][l] = fma(f32(b, r*ldb+64*j+4*l), f32(gx, i*ldg+64*j+4*l), z[i][l])
+							z[i][0][l] = fma(f32(b, r*ldb+64*j+4*l), f32(gx, i*ldg+64*j+4*l), z[i][0][l])
 						}
 					}
 				} else {
-					for l := range 16 {
-						z[i][l] = f32(acc, (r*nx+i)*64+4*l)
+					for a := range qmvzChains {
+						for l := range 16 {
+							z[i][a][l] = f32(acc, ((r*nx+i)*qmvzChains+a)*64+4*l)
+						}
 					}
 				}
 			}
@@ -64,7 +66,7 @@ func qmvzModel(bits int, pair bool) qmvzKern {
 						for l := range 16 {
 							xo := i*ldx + 256*blk + 4*l
 							for v := range 4 {
-								z[i][l] = fma(c[v][l], f32(x, xo+64*v), z[i][l])
+								z[i][v%qmvzChains][l] = fma(c[v][l], f32(x, xo+64*v), z[i][v%qmvzChains][l])
 							}
 						}
 					}
@@ -73,9 +75,15 @@ func qmvzModel(bits int, pair bool) qmvzKern {
 			}
 			for i := range nx {
 				if flags&2 != 0 {
+					t := z[i][0]
+					for a := 1; a < qmvzChains; a++ {
+						for l := range 16 {
+							t[l] += z[i][a][l]
+						}
+					}
 					var h [8]float32
 					for l := range 8 {
-						h[l] = z[i][l] + z[i][l+8]
+						h[l] = t[l] + t[l+8]
 					}
 					var q [4]float32
 					for l := range 4 {
@@ -83,8 +91,10 @@ func qmvzModel(bits int, pair bool) qmvzKern {
 					}
 					*(*float32)(unsafe.Add(unsafe.Pointer(out), i*ldo+4*r)) = (q[0] + q[1]) + (q[2] + q[3])
 				} else {
-					for l := range 16 {
-						*(*float32)(unsafe.Add(unsafe.Pointer(acc), (r*nx+i)*64+4*l)) = z[i][l]
+					for a := range qmvzChains {
+						for l := range 16 {
+							*(*float32)(unsafe.Add(unsafe.Pointer(acc), ((r*nx+i)*qmvzChains+a)*64+4*l)) = z[i][a][l]
+						}
 					}
 				}
 			}

@@ -4,7 +4,7 @@ import "unsafe"
 
 // 4- and 8-bit quantized matmul x·Wᵀ on AVX-512: qmvA's scheme (one
 // kernel for every row count; each block decoded, scaled and dotted with
-// every x row of a pass; one fixed per-row chain) on 16 float32 lanes,
+// every x row of a pass; a fixed pair of chains per row, qmvzChains) on 16 float32 lanes,
 // blocks of 64 codes and passes of up to 8 rows (qmvZ4, qmvZ8; qmvZ4p,
 // qmvZ8p for groups of 32, two groups per block). x is used as float32
 // (exactly its bfloat16, float16 or float32 value), so every product is

@@ -16,15 +16,18 @@
 // up in the tables, 8-bit codes widened and multiplied by the scale; exact
 // for bfloat16 and float16 scales, and the same product either way), then dotted
 // with every x row of the pass in turn: per row four FMAs straight into
-// its accumulator, acc += Z0·x0, += Z1·x1, += Z2·x2, += Z3·x3 (x read
-// from memory by the instruction; no separate block sum, so four
-// FMA-port operations per 64 codes and row). On a row's first chunk its accumulator starts from the bias
-// terms Σ_g b_g·X_g (16 groups per lane step); on a later chunk it is
-// reloaded from acc, where a non-last chunk leaves it; after the last, its
-// 16 lanes are summed and written out. A row's operations and their order
-// are the same whatever the pass size or the chunking.
+// its two accumulators, a0 += Z0·x0, a1 += Z1·x1, a0 += Z2·x2,
+// a1 += Z3·x3 (x read from memory by the instruction; no separate block
+// sum, so four FMA-port operations per 64 codes and row; two chains keep
+// a lone row's FMAs from waiting on each other). On a row's first chunk
+// a0 starts from the bias terms Σ_g b_g·X_g (16 groups per lane step) and
+// a1 from zero; on a later chunk both are reloaded from acc, where a
+// non-last chunk leaves them; after the last, a0 + a1's 16 lanes are
+// summed and written out. A row's operations and their order are the same
+// whatever the pass size or the chunking.
 //
-// Weight rows go two at a time while two are left: both blocks are
+// In passes of up to four x rows weight rows go two at a time while two
+// are left (larger passes take them one at a time): both blocks are
 // decoded (the second into Z24..Z27, scaled by Z29/Z30), and each 64-byte
 // x vector is loaded once into Z31 and fed to both rows' chains
 // (accumulators Z8+i and Z16+i), which halves the x loads per product;
@@ -32,7 +35,8 @@
 //
 // Registers: Z0..Z3 codes, Z4/X5 the final sums' temporaries, Z5 and Z7 the scales or tables (Z5
 // the bias vector in the first step), Z6 the values 0..15; x row i
-// accumulates in Z8+i. SI walks the weights, R15 is the row's first
+// accumulates in Z8+2i and Z9+2i (Z16+2i, Z17+2i for a pair's second
+// weight row). SI walks the weights, R15 is the row's first
 // weight byte, R8/R9 the scales, R10 acc, R11 x, DI out, BX ldx, CX the
 // prefetch distance, R12/R13/R14 counters.
 

@@ -41,8 +41,24 @@ func rows(r int, lo bool, fma func(i int) string) string {
 	return s
 }
 
+// bfScales selects the kernels being written: false reads float32 scales
+// and biases (staged by the caller), true reads the weight's bfloat16 ones
+// in place (the B kernels).
+var bfScales bool
+
+// lanes spreads the block's scales at addr over the lanes of Z(z): VPERMPS
+// of the float32 scales by the lane→group index in Z30, or for bfloat16
+// scales VPERMW by the word index in Z30 under K6 (odd words), which puts
+// each lane's scale in its upper half and zeros below: the same float32.
+func lanes(addr string, z int) string {
+	if bfScales {
+		return fmt.Sprintf("\tVPERMW.Z %s, Z30, K6, Z%d\n", addr, z)
+	}
+	return fmt.Sprintf("\tVPERMPS %s, Z30, Z%d\n", addr, z)
+}
+
 func block(lo bool, r int, accs []int) string {
-	s := "\tVMOVDQU64 (SI), Z0\n\tCODES4X\n\tVPERMPS (R8), Z30, Z6\n"
+	s := "\tVMOVDQU64 (SI), Z0\n\tCODES4X\n" + lanes("(R8)", 6)
 	return s + rows(r, lo, func(i int) string { return fmt.Sprintf("\tVFMADD231PS Z6, Z5, Z%d\n", accs[i]) })
 }
 
@@ -72,6 +88,9 @@ func groups(r int, a0 []int, masked bool) string {
 		m, mz = ", K3", ".Z"
 	}
 	s := fmt.Sprintf("\tVMOVUPS%s (R12)(BX*1)%s, Z2\n\tMOVQ gx+88(FP), AX\n\tADDQ BX, AX\n", mz, m)
+	if bfScales { // BX counts bfloat16 bytes: the biases widened, gx at twice BX
+		s = fmt.Sprintf("\tVPMOVZXWD%s (R12)(BX*1)%s, Z2\n\tVPSLLD $16, Z2, Z2\n\tMOVQ gx+88(FP), AX\n\tLEAQ (AX)(BX*2), AX\n", mz, m)
+	}
 	for i := range r {
 		s += fmt.Sprintf("\tVMOVUPS%s (AX)%s, Z0\n\tVFMADD231PS Z2, Z0%s, Z%d\n", mz, m, m, a0[i])
 		if i+1 < r {
@@ -125,10 +144,18 @@ func rows2(r int, lo bool, fma func(i int) string) string {
 	return s
 }
 
-const decode2 = "\tCODES4X\n\tCODES4XP\n\tVPERMPS (R8), Z30, Z6\n\tVPERMPS (R8)(R15*1), Z30, Z7\n"
+func decode2() string { return "\tCODES4X\n\tCODES4XP\n" + lanes("(R8)", 6) + lanes("(R8)(R15*1)", 7) }
+
+// groupStep is the bytes of biases per 16 groups.
+func groupStep() int {
+	if bfScales {
+		return 32
+	}
+	return 64
+}
 
 func block2(lo bool, r int, a, b []int) string {
-	s := "\tVMOVDQU64 (SI), Z0\n\tVMOVDQU64 (SI)(BX*1), Z24\n" + decode2
+	s := "\tVMOVDQU64 (SI), Z0\n\tVMOVDQU64 (SI)(BX*1), Z24\n" + decode2()
 	return s + rows2(r, lo, func(i int) string {
 		return fmt.Sprintf("\tVFMADD231PS Z6, Z5, Z%d\n\tVFMADD231PS Z7, Z4, Z%d\n", a[i], b[i])
 	})
@@ -138,7 +165,7 @@ func genPair(w func(string), name string, lo bool) {
 	fn := "qmvRows2" + name
 	l := "p" + strings.ToLower(name)
 	w(fmt.Sprintf("// func %s(%s)\nTEXT ·%s(SB), NOSPLIT, $0-176\n", fn, args2, fn))
-	w(prologue)
+	w(prologue())
 	for _, r := range rs2 {
 		w(fmt.Sprintf("\tCMPQ AX, $%d\n\tJEQ %s_r%d\n", r, l, r))
 	}
@@ -177,7 +204,7 @@ func genPair(w func(string), name string, lo bool) {
 		}
 		w(fmt.Sprintf("\tJMP %s_next\n%s_fin:\n", p, p))
 		w(fmt.Sprintf("\tMOVQ tailw+40(FP), CX\n\tTESTQ CX, CX\n\tJZ %s_groups\n", p))
-		w("\tVMOVDQU16.Z (SI), K1, Z0\n\tVMOVDQU16.Z (SI)(BX*1), K1, Z24\n" + decode2)
+		w("\tVMOVDQU16.Z (SI), K1, Z0\n\tVMOVDQU16.Z (SI)(BX*1), K1, Z24\n" + decode2())
 		w(rows2(r, lo, func(i int) string {
 			return fmt.Sprintf("\tVFMADD231PS Z6, Z5, K2, Z%d\n\tVFMADD231PS Z7, Z4, K2, Z%d\n", a1[i], b1[i])
 		}))
@@ -192,7 +219,7 @@ func genPair(w func(string), name string, lo bool) {
 			w(fmt.Sprintf("%s_groups%s:\n", p, map[int]string{0: "", 1: "1"}[k]))
 			w(fmt.Sprintf("\tXORQ BX, BX\n\tMOVQ ng+56(FP), CX\n%s_g:\n\tCMPQ CX, $16\n\tJLT %s_gtail\n", q, q))
 			w(groups(r, acc[0], false))
-			w(fmt.Sprintf("\tADDQ $64, BX\n\tSUBQ $16, CX\n\tJMP %s_g\n%s_gtail:\n\tTESTQ CX, CX\n\tJZ %s_out\n", q, q, q))
+			w(fmt.Sprintf("\tADDQ $%d, BX\n\tSUBQ $16, CX\n\tJMP %s_g\n%s_gtail:\n\tTESTQ CX, CX\n\tJZ %s_out\n", groupStep(), q, q, q))
 			w(groups(r, acc[0], true))
 			w(fmt.Sprintf("%s_out:\n\tMOVQ DI, AX\n", q))
 			if k == 1 {
@@ -219,11 +246,13 @@ func main() {
 	for _, v := range []struct {
 		name string
 		lo   bool
-	}{{"X", false}, {"XL", true}} {
+		bf   bool
+	}{{"X", false, false}, {"XL", true, false}, {"XB", false, true}, {"XLB", true, true}} {
+		bfScales = v.bf
 		fn := "qmvRows" + v.name
 		l := strings.ToLower(v.name)
 		w(fmt.Sprintf("// func %s(%s)\nTEXT ·%s(SB), NOSPLIT, $0-168\n", fn, args, fn))
-		w(prologue)
+		w(prologue())
 		for _, r := range rs {
 			w(fmt.Sprintf("\tCMPQ AX, $%d\n\tJEQ %s_r%d\n", r, l, r))
 		}
@@ -256,13 +285,13 @@ func main() {
 			w(fmt.Sprintf("\tJMP %s_next\n%s_fin:\n", p, p))
 			w("\t// a last block of tailw (< 32) words: zero-masked weight load (x is\n\t// zero-padded), lane-masked accumulation\n")
 			w(fmt.Sprintf("\tMOVQ tailw+40(FP), CX\n\tTESTQ CX, CX\n\tJZ %s_groups\n", p))
-			w("\tVMOVDQU16.Z (SI), K1, Z0\n\tCODES4X\n\tVPERMPS (R8), Z30, Z6\n")
+			w("\tVMOVDQU16.Z (SI), K1, Z0\n\tCODES4X\n" + lanes("(R8)", 6))
 			w(rows(r, v.lo, func(i int) string { return fmt.Sprintf("\tVFMADD231PS Z6, Z5, K2, Z%d\n", a1[i]) }))
 			w("\tLEAQ (SI)(CX*2), SI\n")
 			w(fmt.Sprintf("%s_groups:\n\t// acc0 += Σ_g b[g]·gx[g], 16 groups at a time, the last ones masked\n", p))
 			w(fmt.Sprintf("\tXORQ BX, BX\n\tMOVQ ng+56(FP), CX\n%s_g:\n\tCMPQ CX, $16\n\tJLT %s_gtail\n", p, p))
 			w(groups(r, a0, false))
-			w(fmt.Sprintf("\tADDQ $64, BX\n\tSUBQ $16, CX\n\tJMP %s_g\n%s_gtail:\n\tTESTQ CX, CX\n\tJZ %s_out\n", p, p, p))
+			w(fmt.Sprintf("\tADDQ $%d, BX\n\tSUBQ $16, CX\n\tJMP %s_g\n%s_gtail:\n\tTESTQ CX, CX\n\tJZ %s_out\n", groupStep(), p, p, p))
 			w(groups(r, a0, true))
 			w(fmt.Sprintf("%s_out:\n\tMOVQ DI, AX\n", p))
 			for i := range r {
@@ -277,8 +306,12 @@ func main() {
 		}
 		w(fmt.Sprintf("\n%s_done:\n\tVZEROUPPER\n\tRET\n\n", l))
 	}
+	bfScales = false
 	genPair(w, "X", false)
 	genPair(w, "XL", true)
+	bfScales = true
+	genPair(w, "XB", false)
+	genPair(w, "XLB", true)
 	out := strings.TrimRight(o.String(), "\n") + "\n"
 	if err := os.WriteFile("qmvr_amd64.s", []byte(out), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -395,7 +428,18 @@ GLOBL qmvNibbles<>(SB), RODATA|NOPTR, $64
 
 `
 
-const prologue = `	MOVQ w+0(FP), SI
+// prologue loads the arguments every kernel keeps in registers; the B
+// kernels count their scale and bias rows in bfloat16 bytes and mask
+// VPERMW to odd words (K6).
+func prologue() string {
+	if bfScales {
+		return strings.Replace(strings.Replace(prologueF32, "SHLQ $2, R15 // bytes of scales (and biases) per row", "SHLQ $1, R15 // bytes of scales (and biases) per row", 1),
+			"\tMOVQ nx+136(FP), AX\n", "\tMOVL $0xAAAAAAAA, AX\n\tKMOVD AX, K6\n\tMOVQ nx+136(FP), AX\n", 1)
+	}
+	return prologueF32
+}
+
+const prologueF32 = `	MOVQ w+0(FP), SI
 	MOVQ s+48(FP), R11
 	MOVQ b+80(FP), R12
 	MOVQ out+104(FP), DI

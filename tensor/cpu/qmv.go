@@ -50,6 +50,10 @@ const qmvPrefetchBytes = 16 << 10
 // smallest share of rows a worker takes.
 const qmvRowBlock = 64
 
+// qmvScalesInPlaceOn lets tests and benchmarks stage every block's scales
+// as float32 again (the B kernels off).
+var qmvScalesInPlaceOn = true
+
 // qmvPairsOn sends passes of 4 x rows through the two-row kernels
 // (qmvRows2X: weight rows in pairs); off, every pass takes the one-row
 // kernels (passes of up to 8) — the same bits either way. Measured
@@ -110,6 +114,18 @@ var qmvLaneGroup = func() (t [3][16]int32) {
 	for i, gs := range []int{32, 64, 128} {
 		for l := range 16 {
 			t[i][l] = int32(8 * l / gs)
+		}
+	}
+	return
+}()
+
+// qmvLaneWord is qmvLaneGroup for the B kernels' VPERMW: per group size,
+// word 2l+1 of lane l indexes the block's bfloat16 scale of lane l's group
+// (word 2l is zeroed by the kernel's mask).
+var qmvLaneWord = func() (t [3][32]uint16) {
+	for i := range t {
+		for l := range 16 {
+			t[i][2*l+1] = uint16(qmvLaneGroup[i][l])
 		}
 	}
 	return
@@ -213,11 +229,18 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 	// a row without residuals gives the same bits through XL (its
 	// residuals are zeros, adding exact zeros to its chains)
 	kern, kern2, loOff := qmvRowsX, qmvRows2X, 0
+	kernB, kern2B := qmvRowsXB, qmvRows2XB
 	if anyLo {
 		kern, kern2, loOff = qmvRowsXL, qmvRows2XL, 2*nhi
+		kernB, kern2B = qmvRowsXLB, qmvRows2XLB
 	}
 	sidx := &qmvLaneGroup[bits.TrailingZeros(uint(kgs))-5]
+	widx := (*int32)(unsafe.Pointer(&qmvLaneWord[bits.TrailingZeros(uint(kgs))-5][0]))
 	sblk := 128 / kgs * 4
+	// bfloat16 scales whose kernel groups are the weight's own are read in
+	// place by the B kernels, for every block of rows whose last block's
+	// 64-byte scale read stays inside the scales' memory (qmvScalesInPlace)
+	inPlace := qmvScalesInPlaceOn && w.sdt == tensor.BFloat16 && kng == ng
 	pfd := max(qmvPrefetchBytes/bpr, 1) * bpr
 	parallelFor(n, qmvRowBlock, func(r0, r1 int) {
 		// scales and biases as float32 (per kernel group), padded for the
@@ -229,7 +252,12 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 		sv, bv := (*sb)[:qmvRowBlock*kng+16], (*sb)[qmvRowBlock*kng+16:2*(qmvRowBlock*kng+16)]
 		for b0 := r0; b0 < r1; b0 += qmvRowBlock {
 			b1 := min(b0+qmvRowBlock, r1)
-			if split {
+			direct := inPlace && 2*b1*ng+64 <= cap(w.sc) && 2*b1*ng+64 <= cap(w.bi)
+			if direct {
+				// nothing to stage: the next block's scales and biases come in
+				// while these rows run
+				w.prefetchScales(b1, min(b1+qmvRowBlock, r1))
+			} else if split {
 				s1 := (*sb)[2*(qmvRowBlock*kng+16):][:qmvRowBlock*ng]
 				bb := (*sb)[2*(qmvRowBlock*kng+16)+qmvRowBlock*ng:][:qmvRowBlock*ng]
 				w.rowScales(s1, bb, b0, b1)
@@ -240,8 +268,10 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 			} else {
 				w.rowScales(sv, bv, b0, b1)
 			}
-			// the next block's scales and biases come in while these rows run
-			w.prefetchScales(b1, min(b1+qmvRowBlock, r1))
+			if !direct {
+				// the next block's scales and biases come in while these rows run
+				w.prefetchScales(b1, min(b1+qmvRowBlock, r1))
+			}
 			for m0 := 0; m0 < rows; {
 				nx := qmvPassRows(rows - m0)
 				// the weight rows in pairs through the two-row kernel (x rows
@@ -270,7 +300,17 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 						}
 						wp, xp, sp := &wb[w0*bpr+64*c0], &hi[m0*ldx+128*c0], &sv[(w0-b0)*kng+spb*c0]
 						bp, op := &bv[(w0-b0)*kng], &out[m0*n+w0]
-						if two {
+						if direct {
+							sp = (*float32)(unsafe.Pointer(&w.sc[2*(w0*ng+spb*c0)]))
+							bp = (*float32)(unsafe.Pointer(&w.bi[2*w0*ng]))
+							if two {
+								kern2B(wp, xp, loOff, 2*ldx, nc, tailw, sp, kng, sblk/2, widx, bp, &gsum[m0*kng], 4*kng,
+									op, 4*n, w1-w0, pf, nx, &(*ab)[0], flags, skip, bpr)
+							} else {
+								kernB(wp, xp, loOff, 2*ldx, nc, tailw, sp, kng, sblk/2, widx, bp, &gsum[m0*kng], 4*kng,
+									op, 4*n, w1-w0, pf, nx, &(*ab)[0], flags, skip)
+							}
+						} else if two {
 							kern2(wp, xp, loOff, 2*ldx, nc, tailw, sp, kng, sblk, &sidx[0], bp, &gsum[m0*kng], 4*kng,
 								op, 4*n, w1-w0, pf, nx, &(*ab)[0], flags, skip, bpr)
 						} else {

@@ -48,3 +48,22 @@ func qmvRows2X(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sbl
 
 //go:noescape
 func qmvRows2XL(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int, acc *float32, flags, wskip, ldw int)
+
+// qmvRowsXB, qmvRowsXLB, qmvRows2XB and qmvRows2XLB are the kernels above
+// reading the weight's bfloat16 scales and biases in place (s and b point
+// at them, ng per row, sblk in bfloat16 bytes; sidx is qmvLaneWord's table
+// for the group size): no float32 copy per block of rows, the same bits.
+// A block's scales are read as 64 bytes from its first one, so the caller
+// makes sure that many are readable.
+//
+//go:noescape
+func qmvRowsXB(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int, acc *float32, flags, wskip int)
+
+//go:noescape
+func qmvRowsXLB(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int, acc *float32, flags, wskip int)
+
+//go:noescape
+func qmvRows2XB(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int, acc *float32, flags, wskip, ldw int)
+
+//go:noescape
+func qmvRows2XLB(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int, acc *float32, flags, wskip, ldw int)

@@ -23,3 +23,19 @@ func qmvRows2X(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sbl
 func qmvRows2XL(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int, acc *float32, flags, wskip, ldw int) {
 	panic("unreachable")
 }
+
+func qmvRowsXB(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int, acc *float32, flags, wskip int) {
+	panic("unreachable")
+}
+
+func qmvRowsXLB(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int, acc *float32, flags, wskip int) {
+	panic("unreachable")
+}
+
+func qmvRows2XB(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int, acc *float32, flags, wskip, ldw int) {
+	panic("unreachable")
+}
+
+func qmvRows2XLB(w *byte, x *uint16, lo, ldx, nblk, tailw int, s *float32, ng, sblk int, sidx *int32, b, gx *float32, ldg int, out *float32, ldo, nrows, pfd, nx int, acc *float32, flags, wskip, ldw int) {
+	panic("unreachable")
+}

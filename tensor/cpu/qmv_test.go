@@ -147,17 +147,23 @@ func checkQMV(t *testing.T, r *rand.Rand, bits, gs, k, n, m int, dt tensor.DType
 // the two-row kernels, gives the bits of whole-row one-row-kernel calls,
 // for 4- and 8-bit codes, every group size, bfloat16 and float16 x (one
 // and two layouts), odd and even block counts with and without a partial
-// last block, row blocks past qmvRowBlock and every pass size.
+// last block, row blocks past qmvRowBlock and every pass size; and
+// bfloat16 scales read in place by the B kernels give the bits of scales
+// staged as float32 (the reference runs staged, every other run in place
+// where the driver can; a row block whose scale reads could pass the end
+// of the scales' memory stays staged).
 func TestQMVChunkedSameBits(t *testing.T) {
 	if !hasAVX512 || !hasBF16 {
 		t.Skip("no AVX512_BF16")
 	}
-	defer func(xb int, pairs bool) { qmvChunkXBytes, qmvPairsOn = xb, pairs }(qmvChunkXBytes, qmvPairsOn)
+	defer func(xb int, pairs, inPlace bool) {
+		qmvChunkXBytes, qmvPairsOn, qmvScalesInPlaceOn = xb, pairs, inPlace
+	}(qmvChunkXBytes, qmvPairsOn, qmvScalesInPlaceOn)
 	live := tensor.LiveArrays()
 	r := rand.New(rand.NewPCG(21, 22))
 	// the kernel's float32 results (before any rounding to x's dtype)
-	run := func(x, wq, sc, bi *tensor.Array, gs, bits, m, n, xb int, pairs bool) []float32 {
-		qmvChunkXBytes, qmvPairsOn = xb, pairs
+	run := func(x, wq, sc, bi *tensor.Array, gs, bits, m, n, xb int, pairs, inPlace bool) []float32 {
+		qmvChunkXBytes, qmvPairsOn, qmvScalesInPlaceOn = xb, pairs, inPlace
 		var raw []uint16
 		if x.DType() == tensor.BFloat16 {
 			raw = u16s(x.Bytes())
@@ -183,13 +189,13 @@ func TestQMVChunkedSameBits(t *testing.T) {
 					w := tensor.FromFloat32(randF32(r, n*k), []int{n, k}, dt)
 					wq, sc, bi := tensor.Quantize(w, gs, bits)
 					x := tensor.FromFloat32(randF32(r, m*k), []int{m, k}, dt)
-					want := run(x, wq, sc, bi, gs, bits, m, n, 1<<30, false)
+					want := run(x, wq, sc, bi, gs, bits, m, n, 1<<30, false, false)
 					for _, cfg := range []struct {
 						xb    int
 						pairs bool
-					}{{1, false}, {3 * 2048, false}, {5000, false}, {1 << 30, true}, {1, true}, {3000, true}} {
+					}{{1 << 30, false}, {1, false}, {3 * 2048, false}, {5000, false}, {1 << 30, true}, {1, true}, {3000, true}} {
 						xb := cfg.xb
-						got := run(x, wq, sc, bi, gs, bits, m, n, xb, cfg.pairs)
+						got := run(x, wq, sc, bi, gs, bits, m, n, xb, cfg.pairs, true)
 						for i := range want {
 							if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 								t.Fatalf("b%d/g%d/%s/k%d/m%d/n%d chunk bytes %d pairs %v: out[%d] = %v, whole rows %v",

@@ -190,6 +190,30 @@ func hsum(z int, dst string) string {
 		"\tVHADDPS X4, X4, X4\n\tVHADDPS X4, X4, X4\n\tVMOVSS X4, %s\n", z, z, dst)
 }
 
+// bfScales rewrites a kernel written for float32 scales and biases into
+// its B variant, which reads the weight's bfloat16 ones in place: a
+// group's scale broadcast as a word and widened (VPBROADCASTW, VPSLLD 16:
+// the same float32), the scale pointer stepping 2 bytes a group, the
+// biases widened 16 at a time (so a row's groups must be whole vectors of
+// 16). name and l are the f32 kernel's function name and label prefix.
+func bfScales(text, name, l string) string {
+	r := strings.NewReplacer(
+		"·"+name+"(SB)", "·"+name+"B(SB)",
+		"func "+name+"(", "func "+name+"B(",
+		l+"_", l+"b_",
+		"VBROADCASTSS (R8), Z5\n", "VPBROADCASTW (R8), Z5\n\tVPSLLD $16, Z5, Z5\n",
+		"VBROADCASTSS 4(R8), Z7\n", "VPBROADCASTW 2(R8), Z7\n\tVPSLLD $16, Z7, Z7\n",
+		"VBROADCASTSS (R8)(DX*1), Z29\n", "VPBROADCASTW (R8)(DX*1), Z29\n\tVPSLLD $16, Z29, Z29\n",
+		"VBROADCASTSS 4(R8)(DX*1), Z30\n", "VPBROADCASTW 2(R8)(DX*1), Z30\n\tVPSLLD $16, Z30, Z30\n",
+		"ADDQ $8, R8\n", "ADDQ $4, R8\n",
+		"ADDQ $4, R8\n", "ADDQ $2, R8\n",
+		"VMOVUPS (AX), Z5\n", "VPMOVZXWD (AX), Z5\n\tVPSLLD $16, Z5, Z5\n",
+		"VMOVUPS (AX)(R11*1), Z7\n", "VPMOVZXWD (AX)(R11*1), Z7\n\tVPSLLD $16, Z7, Z7\n",
+		"ADDQ $64, AX\n\tADDQ $64, CX\n", "ADDQ $32, AX\n\tADDQ $64, CX\n",
+	)
+	return r.Replace(text)
+}
+
 func main() {
 	var o strings.Builder
 	w := func(f string, a ...any) { fmt.Fprintf(&o, f, a...) }
@@ -202,6 +226,7 @@ func main() {
 				fn += "p"
 				l += "p"
 			}
+			start := o.Len()
 			w("// func %s(%s)\nTEXT ·%s(SB), NOSPLIT, $0-160\n", fn, args, fn)
 			w("%s", strings.ReplaceAll(prologue, "done", l+"_done"))
 			for nx := 1; nx <= maxRows; nx++ {
@@ -275,6 +300,9 @@ func main() {
 				w("\tDECQ R14\n\tJNZ %s_row\n\tJMP %s_done\n", p, l)
 			}
 			w("\n%s_done:\n\tVZEROUPPER\n\tRET\n\n", l)
+			if bits == 8 { // 8-bit weights keep qmvZ for bfloat16 x too (qmvTFirst)
+				w("%s", bfScales(o.String()[start:], fn, l))
+			}
 		}
 	}
 	out := strings.TrimRight(o.String(), "\n") + "\n"

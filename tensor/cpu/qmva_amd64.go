@@ -57,11 +57,11 @@ func qmvA4(w *byte, ldw int, x *float32, ldx, ngc, cpg int, s *float32, lds int,
 func qmvA8(w *byte, ldw int, x *float32, ldx, ngc, cpg int, s *float32, lds int, b *float32, ldb, nbv int, gx *float32, ldg int, acc, out *float32, ldo, nrows, pfd, flags, nx int)
 
 // qmvZ4, qmvZ8, qmvZ4p and qmvZ8p are the AVX-512 kernels
-// (qmvz_amd64.s), qmvA4/qmvA8 on 16 lanes and 64-code blocks for 1..16 x
+// (qmvz_amd64.s), qmvA4/qmvA8 on 16 lanes and 64-code blocks for 1..8 x
 // rows: nit iterations of cpi blocks each, one scale per iteration (the
 // p variants: one block per iteration and the scales of its two groups of
-// 32); biases padded to nbv vectors of 16, acc 16·nx floats per weight
-// row; the rest as for qmvA4.
+// 32); biases padded to nbv vectors of 16, acc 16·qmvzChains·nx floats per
+// weight row; the rest as for qmvA4.
 //
 //go:noescape
 func qmvZ4(w *byte, ldw int, x *float32, ldx, nit, cpi int, s *float32, lds int, b *float32, ldb, nbv int, gx *float32, ldg int, acc, out *float32, ldo, nrows, pfd, flags, nx int)
@@ -74,3 +74,14 @@ func qmvZ4p(w *byte, ldw int, x *float32, ldx, nit, cpi int, s *float32, lds int
 
 //go:noescape
 func qmvZ8p(w *byte, ldw int, x *float32, ldx, nit, cpi int, s *float32, lds int, b *float32, ldb, nbv int, gx *float32, ldg int, acc, out *float32, ldo, nrows, pfd, flags, nx int)
+
+// qmvZ8B and qmvZ8pB are qmvZ8 and qmvZ8p reading the weight's bfloat16
+// scales and biases in place (s, b at the first row's, lds and ldb their
+// row strides in bytes; a row's groups whole vectors of 16, nbv of them):
+// the same bits as with them widened to float32 first.
+//
+//go:noescape
+func qmvZ8B(w *byte, ldw int, x *float32, ldx, nit, cpi int, s *float32, lds int, b *float32, ldb, nbv int, gx *float32, ldg int, acc, out *float32, ldo, nrows, pfd, flags, nx int)
+
+//go:noescape
+func qmvZ8pB(w *byte, ldw int, x *float32, ldx, nit, cpi int, s *float32, lds int, b *float32, ldb, nbv int, gx *float32, ldg int, acc, out *float32, ldo, nrows, pfd, flags, nx int)

@@ -32,3 +32,11 @@ func qmvZ4p(w *byte, ldw int, x *float32, ldx, nit, cpi int, s *float32, lds int
 func qmvZ8p(w *byte, ldw int, x *float32, ldx, nit, cpi int, s *float32, lds int, b *float32, ldb, nbv int, gx *float32, ldg int, acc, out *float32, ldo, nrows, pfd, flags, nx int) {
 	panic("unreachable")
 }
+
+func qmvZ8B(w *byte, ldw int, x *float32, ldx, nit, cpi int, s *float32, lds int, b *float32, ldb, nbv int, gx *float32, ldg int, acc, out *float32, ldo, nrows, pfd, flags, nx int) {
+	panic("unreachable")
+}
+
+func qmvZ8pB(w *byte, ldw int, x *float32, ldx, nit, cpi int, s *float32, lds int, b *float32, ldb, nbv int, gx *float32, ldg int, acc, out *float32, ldo, nrows, pfd, flags, nx int) {
+	panic("unreachable")
+}

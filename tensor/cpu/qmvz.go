@@ -1,6 +1,10 @@
 package cpu
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
 
 // 4- and 8-bit quantized matmul x·Wᵀ on AVX-512: qmvA's scheme (one
 // kernel for every row count; each block decoded, scaled and dotted with
@@ -60,6 +64,11 @@ type qmvzKern = func(w *byte, ldw int, x *float32, ldx, nit, cpi int, s *float32
 // iteration (1, 2); a variable so that tests can put a model of them in.
 var qmvzKernels = [2][2]qmvzKern{{qmvZ4, qmvZ4p}, {qmvZ8, qmvZ8p}}
 
+// qmvzKernelsB are the 8-bit kernels that read bfloat16 scales and biases
+// in place (by groups per iteration), used where a row's groups are whole
+// vectors of 16 (qmvZ); a variable like qmvzKernels.
+var qmvzKernelsB = [2]qmvzKern{qmvZ8B, qmvZ8pB}
+
 // qmvZ computes out[m, n] = Σ_k x[m, k]·W[n, k]; qmvzUsable(w) must hold.
 func qmvZ(out, x []float32, rows int, w qmat) {
 	if rows == 0 || w.rows == 0 {
@@ -77,6 +86,12 @@ func qmvZ(out, x []float32, rows int, w qmat) {
 		gpi, cpi = 2, 1
 	}
 	kern := qmvzKernels[w.bits/8][gpi-1]
+	// bfloat16 scales and biases read in place by the B kernels: 8-bit
+	// codes, groups in whole vectors of 16 (no padding to read past)
+	inPlace := qmvScalesInPlaceOn && w.bits == 8 && w.sdt == tensor.BFloat16 && ng%16 == 0
+	if inPlace {
+		kern = qmvzKernelsB[gpi-1]
+	}
 	nit := ng / gpi
 	passes := (rows + qmvzMaxRows - 1) / qmvzMaxRows
 	nxMax := (rows + passes - 1) / passes
@@ -105,11 +120,20 @@ func qmvZ(out, x []float32, rows int, w qmat) {
 		acc := f[qmvaRowBlock*(2*ng+ngp):]
 		for b0, b1 := r0, r0; b0 < r1; b0 = b1 {
 			b1 = min(b0+qmvaRowBlock, r1, b0+w.run(b0)) // one stored run
-			w.rowScales(sv, bt, b0, b1)
-			for r := range b1 - b0 {
-				p := bp[r*ngp : (r+1)*ngp]
-				copy(p, bt[r*ng:(r+1)*ng])
-				clear(p[ng:])
+			sp, lds := unsafe.Pointer(&sv[0]), 4*ng
+			bb, ldb := unsafe.Pointer(&bp[0]), 4*ngp
+			if inPlace {
+				sp, lds = unsafe.Pointer(&w.sc[2*w.phys(b0)*ng]), 2*ng
+				bb, ldb = unsafe.Pointer(&w.bi[2*w.phys(b0)*ng]), 2*ng
+				// the next rows' scales and biases come in while these run
+				w.prefetchScales(b1, min(b1+qmvaRowBlock, r1))
+			} else {
+				w.rowScales(sv, bt, b0, b1)
+				for r := range b1 - b0 {
+					p := bp[r*ngp : (r+1)*ngp]
+					copy(p, bt[r*ng:(r+1)*ng])
+					clear(p[ng:])
+				}
 			}
 			for p, m0 := 0, 0; p < passes; p++ {
 				nx := (rows - m0 + passes - p - 1) / (passes - p) // the rest spread evenly
@@ -124,7 +148,7 @@ func qmvZ(out, x []float32, rows int, w qmat) {
 					}
 					c0 := i0 * gpi * gs // first code of the chunk
 					kern(&wb[w.phys(b0)*bpr+c0*w.bits/8], bpr, &xl[m0*ldx+c0], 4*ldx, i1-i0, cpi,
-						&sv[i0*gpi], 4*ng, &bp[0], 4*ngp, nbv, &gx[m0*ngp], 4*ngp,
+						(*float32)(unsafe.Add(sp, lds/ng*i0*gpi)), lds, (*float32)(bb), ldb, nbv, &gx[m0*ngp], 4*ngp,
 						&acc[0], &out[m0*n+b0], 4*n, b1-b0, pfd, flags, nx)
 				}
 				m0 += nx

@@ -87,9 +87,11 @@ func groups(r int, a0 []int, masked bool) string {
 	if masked {
 		m, mz = ", K3", ".Z"
 	}
-	s := fmt.Sprintf("\tVMOVUPS%s (R12)(BX*1)%s, Z2\n\tMOVQ gx+88(FP), AX\n\tADDQ BX, AX\n", mz, m)
+	var s string
 	if bfScales { // BX counts bfloat16 bytes: the biases widened, gx at twice BX
 		s = fmt.Sprintf("\tVPMOVZXWD%s (R12)(BX*1)%s, Z2\n\tVPSLLD $16, Z2, Z2\n\tMOVQ gx+88(FP), AX\n\tLEAQ (AX)(BX*2), AX\n", mz, m)
+	} else {
+		s = fmt.Sprintf("\tVMOVUPS%s (R12)(BX*1)%s, Z2\n\tMOVQ gx+88(FP), AX\n\tADDQ BX, AX\n", mz, m)
 	}
 	for i := range r {
 		s += fmt.Sprintf("\tVMOVUPS%s (AX)%s, Z0\n\tVFMADD231PS Z2, Z0%s, Z%d\n", mz, m, m, a0[i])
@@ -432,11 +434,20 @@ GLOBL qmvNibbles<>(SB), RODATA|NOPTR, $64
 // kernels count their scale and bias rows in bfloat16 bytes and mask
 // VPERMW to odd words (K6).
 func prologue() string {
-	if bfScales {
-		return strings.Replace(strings.Replace(prologueF32, "SHLQ $2, R15 // bytes of scales (and biases) per row", "SHLQ $1, R15 // bytes of scales (and biases) per row", 1),
-			"\tMOVQ nx+136(FP), AX\n", "\tMOVL $0xAAAAAAAA, AX\n\tKMOVD AX, K6\n\tMOVQ nx+136(FP), AX\n", 1)
+	if !bfScales {
+		return prologueF32
 	}
-	return prologueF32
+	s := prologueF32
+	for _, r := range [][2]string{
+		{"SHLQ $2, R15 // bytes of scales (and biases) per row", "SHLQ $1, R15 // bytes of scales (and biases) per row"},
+		{"\tMOVQ nx+136(FP), AX\n", "\tMOVL $0xAAAAAAAA, AX\n\tKMOVD AX, K6\n\tMOVQ nx+136(FP), AX\n"},
+	} {
+		if strings.Count(s, r[0]) != 1 {
+			panic("gen_qmvr: prologue lacks " + r[0])
+		}
+		s = strings.Replace(s, r[0], r[1], 1)
+	}
+	return s
 }
 
 const prologueF32 = `	MOVQ w+0(FP), SI

@@ -211,7 +211,13 @@ func bfScales(text, name, l string) string {
 		"VMOVUPS (AX)(R11*1), Z7\n", "VPMOVZXWD (AX)(R11*1), Z7\n\tVPSLLD $16, Z7, Z7\n",
 		"ADDQ $64, AX\n\tADDQ $64, CX\n", "ADDQ $32, AX\n\tADDQ $64, CX\n",
 	)
-	return r.Replace(text)
+	out := r.Replace(text)
+	for _, left := range []string{"VBROADCASTSS", "VMOVUPS (AX), Z5", "VMOVUPS (AX)(R11*1), Z7"} {
+		if strings.Contains(out, left) { // a float32 scale or bias read the rewrite missed
+			panic("gen_qmvz: " + name + "B still has " + left)
+		}
+	}
+	return out
 }
 
 func main() {

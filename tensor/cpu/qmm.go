@@ -308,8 +308,8 @@ func qmmRun(dst, xb []byte, dt tensor.DType, rows int, w qmat, transpose bool) {
 // the two-row kernels and chunked long rows, 1.25–1.45× for float16.
 // 8-bit weights stay on qmvZ: qmvT runs them as two nibble halves (twice
 // the dot work per byte), and on AMD EPYC (Zen 5, one core, weights from
-// memory) qmvZ reads them at 1.4× qmvT's rate for one x row (26–28
-// against 18–19 GB/s) and 1.2–1.5× for eight.
+// memory) qmvZ read them at 1.1–1.6× qmvT's rate for one x row (24–32
+// against 15–22 GB/s across runs) and 1.05–1.4× for eight.
 func qmvTFirst(w qmat, dt tensor.DType) bool {
 	return qmvTFirstOn && w.bits == 4 && (dt == tensor.BFloat16 || dt == tensor.Float16) && w.cols > 512 && qmvUsable(w, dt)
 }

@@ -253,11 +253,9 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 		for b0 := r0; b0 < r1; b0 += qmvRowBlock {
 			b1 := min(b0+qmvRowBlock, r1)
 			direct := inPlace && 2*b1*ng+64 <= cap(w.sc) && 2*b1*ng+64 <= cap(w.bi)
-			if direct {
-				// nothing to stage: the next block's scales and biases come in
-				// while these rows run
-				w.prefetchScales(b1, min(b1+qmvRowBlock, r1))
-			} else if split {
+			switch {
+			case direct: // the kernels read them where they are
+			case split:
 				s1 := (*sb)[2*(qmvRowBlock*kng+16):][:qmvRowBlock*ng]
 				bb := (*sb)[2*(qmvRowBlock*kng+16)+qmvRowBlock*ng:][:qmvRowBlock*ng]
 				w.rowScales(s1, bb, b0, b1)
@@ -265,13 +263,11 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 					sv[2*i], sv[2*i+1] = s1[i], s1[i]
 					bv[2*i], bv[2*i+1] = bb[i], bb[i]
 				}
-			} else {
+			default:
 				w.rowScales(sv, bv, b0, b1)
 			}
-			if !direct {
-				// the next block's scales and biases come in while these rows run
-				w.prefetchScales(b1, min(b1+qmvRowBlock, r1))
-			}
+			// the next block's scales and biases come in while these rows run
+			w.prefetchScales(b1, min(b1+qmvRowBlock, r1))
 			for m0 := 0; m0 < rows; {
 				nx := qmvPassRows(rows - m0)
 				// the weight rows in pairs through the two-row kernel (x rows

@@ -36,7 +36,7 @@ const qmvzMaxRows = 8
 // row prefetches is the same offset in a row two, four, … rows on, which
 // this worker reads next (both rows of a pair then prefetch their
 // successors). At 2 KiB ahead a single x row read its weights from memory
-// at 19 GB/s on one AMD EPYC (Zen 5) core, at 16 KiB 26–28
+// at 19 GB/s on one AMD EPYC (Zen 5) core, at 16 KiB 25.5–28.5
 // (BenchmarkQMatmulSmallM, z rows, 8-bit).
 const qmvzPrefetchBytes = 16 << 10
 

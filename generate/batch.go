@@ -668,15 +668,6 @@ func (b *Batch) pass(segs []segment) (events []Event, err error) {
 		caches := b.layerCaches(segs, lens)
 		rf, spans, logitSpans := b.rowSpans(segs)
 		in := tensor.FromInt32On(b.be, ids, []int{1, len(ids)})
-		var h *tensor.Array
-		var err error
-		h, err = b.forwardPass(in, ids, caches, segs, rf, spans)
-		if err != nil {
-			return err
-		}
-		if err := b.specHidden(segs, h); err != nil { // drafters that read the target's state
-			return err
-		}
 		var last []int32 // the positions whose logits are sampled
 		start := 0
 		for _, s := range segs {
@@ -684,6 +675,23 @@ func (b *Batch) pass(segs []segment) (events []Event, err error) {
 			for j := s.nout(); j > 0; j-- {
 				last = append(last, int32(start-j))
 			}
+		}
+		// without a drafter that reads the target's state, only the sampled
+		// positions' hidden states are needed (one for a pass of prefill
+		// alone: its output is not used)
+		var outputs []int32
+		if !slices.ContainsFunc(segs, func(s segment) bool { return s.r.spec != nil && s.r.spec.obs != nil }) {
+			outputs = last
+			if len(outputs) == 0 {
+				outputs = []int32{int32(len(ids) - 1)}
+			}
+		}
+		h, err := b.forwardPass(in, ids, caches, segs, rf, spans, outputs)
+		if err != nil {
+			return err
+		}
+		if err := b.specHidden(segs, h); err != nil { // drafters that read the target's state
+			return err
 		}
 		var logits *tensor.Array
 		if len(last) > 0 {

@@ -84,8 +84,11 @@ func (b *Batch) AddEmbeds(ctx context.Context, prompt []int32, opts *Options, e 
 // or, when a segment covers prompt positions of a row with embeddings,
 // its EmbedForwarder (a RowEmbedForwarder's ForwardRowsEmbeds when rows
 // have adapter sets) with every such row's embeddings spliced in at their
-// place in the pass (pad ids under them).
-func (b *Batch) forwardPass(in *tensor.Array, ids []int32, caches []kv.Cache, segs []segment, rf RowForwarder, spans []RowSpan) (*tensor.Array, error) {
+// place in the pass (pad ids under them). outputs, when set, are the only
+// positions the caller reads: a plain pass (no adapters, no embeddings)
+// returns their hidden states alone (forwardOutputs); the others return
+// every position's.
+func (b *Batch) forwardPass(in *tensor.Array, ids []int32, caches []kv.Cache, segs []segment, rf RowForwarder, spans []RowSpan, outputs []int32) (*tensor.Array, error) {
 	var fw EmbedForwarder
 	at := 0
 	type piece struct {
@@ -113,6 +116,9 @@ func (b *Batch) forwardPass(in *tensor.Array, ids []int32, caches []kv.Cache, se
 	if len(pieces) == 0 {
 		if rf != nil {
 			return rf.ForwardRows(in, caches, spans)
+		}
+		if outputs != nil {
+			return forwardOutputs(b.m, in, caches, outputs)
 		}
 		return b.m.Forward(in, caches)
 	}

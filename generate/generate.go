@@ -27,6 +27,45 @@ type Model interface {
 	VocabSize() int
 }
 
+// OutputForwarder is a Model whose forward pass can return some positions'
+// hidden states alone, skipping the work its last layer would do for the
+// others (their keys and values are still written): what the loop uses
+// where it samples from few positions of a long pass, as at a prompt's
+// end. Wrap's models are OutputForwarders.
+type OutputForwarder interface {
+	// ForwardOutputs is Forward returning the hidden states [B, len(pos),
+	// D] of positions pos (strictly increasing indices along T) only.
+	ForwardOutputs(ids *tensor.Array, caches []kv.Cache, pos []int32) (*tensor.Array, error)
+}
+
+// forwardOutputs runs ids through m and returns the hidden states of
+// positions pos: through ForwardOutputs when m is an OutputForwarder, else
+// from every position's (a plain Forward when pos is every position).
+func forwardOutputs(m Model, ids *tensor.Array, caches []kv.Cache, pos []int32) (*tensor.Array, error) {
+	if len(pos) == ids.Dim(1) {
+		return m.Forward(ids, caches)
+	}
+	if of, ok := m.(OutputForwarder); ok {
+		return of.ForwardOutputs(ids, caches, pos)
+	}
+	h, err := m.Forward(ids, caches)
+	if err != nil {
+		return nil, err
+	}
+	return selectPositions(h, pos), nil
+}
+
+// selectPositions returns positions pos of h [B, T, D], consuming h (h
+// itself when pos is every position in order).
+func selectPositions(h *tensor.Array, pos []int32) *tensor.Array {
+	if len(pos) == h.Dim(1) {
+		return h // increasing positions, as many as T: all of them
+	}
+	out := tensor.Take(h, tensor.FromInt32On(h.Backend(), pos, []int{len(pos)}), 1)
+	h.Free()
+	return out
+}
+
 // Grammar constrains sampling to what a grammar allows. It is the subset
 // of grammar.TokenMatcher the loop uses (*grammar.Matcher implements it);
 // defined here so generate does not depend on package grammar.
@@ -453,6 +492,32 @@ type wrapped[O any] struct {
 func (w *wrapped[O]) Forward(ids *tensor.Array, caches []kv.Cache) (*tensor.Array, error) {
 	return w.fwd(ids, caches, nil)
 }
+
+// ForwardOutputs implements OutputForwarder: the options ask the model for
+// positions pos alone when they have a SetOutputs method (as
+// *model.ForwardOptions does); otherwise, or when the model returns every
+// position anyway, the positions are selected from its output.
+func (w *wrapped[O]) ForwardOutputs(ids *tensor.Array, caches []kv.Cache, pos []int32) (*tensor.Array, error) {
+	var o O
+	set, ok := any(&o).(interface{ SetOutputs([]int32) })
+	if !ok {
+		h, err := w.fwd(ids, caches, nil)
+		if err != nil {
+			return nil, err
+		}
+		return selectPositions(h, pos), nil
+	}
+	set.SetOutputs(pos)
+	h, err := w.fwd(ids, caches, &o)
+	if err != nil {
+		return nil, err
+	}
+	if h.Dim(1) != len(pos) { // a model that ignored the request
+		return selectPositions(h, pos), nil
+	}
+	return h, nil
+}
+
 func (w *wrapped[O]) Logits(h *tensor.Array) (*tensor.Array, error) { return w.logits(h) }
 func (w *wrapped[O]) MakeCaches() []kv.Cache                        { return w.mk() }
 func (w *wrapped[O]) VocabSize() int                                { return w.vocab }

@@ -265,7 +265,12 @@ func (s *Stream) quantize() error {
 func (s *Stream) prefillChunk(ids []int32) (err error) {
 	sc := tensor.NewScope()
 	defer sc.Close()
-	h, err := s.m.Forward(s.hostIDs(ids), s.caches)
+	var h *tensor.Array
+	if s.prefillObs != nil { // a drafter reads every position's state
+		h, err = s.m.Forward(s.hostIDs(ids), s.caches)
+	} else { // the KV alone: one position's output, the least there is
+		h, err = forwardOutputs(s.m, s.hostIDs(ids), s.caches, []int32{int32(len(ids) - 1)})
+	}
 	if err != nil {
 		return err
 	}
@@ -356,13 +361,10 @@ func (s *Stream) dispatch(input func() *tensor.Array) (p *pending, err error) {
 // the logits of its last position, [1, V], after converting caches that
 // reached the quantization start.
 func (s *Stream) lastLogits(in *tensor.Array) (*tensor.Array, error) {
-	h, err := s.m.Forward(in, s.caches)
+	h, err := forwardOutputs(s.m, in, s.caches, []int32{int32(in.Dim(1) - 1)})
 	in.Free()
 	if err != nil {
 		return nil, err
-	}
-	if t := h.Dim(1); t > 1 {
-		h = tensor.SliceAxis(h, 1, t-1, t)
 	}
 	logits, err := s.m.Logits(h)
 	if err != nil {

@@ -255,7 +255,9 @@ func (m *Gemma4) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOpti
 		}
 		h, kvs[i] = b.forward(h, c, masks[b.spec.Type], spans, donor, pli)
 	}
-	return sc.Keep(m.Norm.Forward(h))
+	// every position runs every layer (the per-layer inputs and shared
+	// caches are not split by position); the wanted ones are selected here
+	return sc.Keep(m.Norm.Forward(takeRows(h, outputRows(opts, t, h.Backend()))))
 }
 
 // embed returns the scaled token embeddings, with precomputed embeddings

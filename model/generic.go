@@ -640,7 +640,10 @@ func (a *genericAttention) forward(x *tensor.Array, c kv.Cache, mask kv.Mask) *t
 	return sc.Keep(a.O.Forward(o))
 }
 
-func (b *genericBlock) forward(x *tensor.Array, c kv.Cache, mask kv.Mask) *tensor.Array {
+// forward runs the block over x; with rows set (the last layer of a pass
+// that wants only those positions) the feed-forward branch runs on them
+// alone and the block returns them.
+func (b *genericBlock) forward(x *tensor.Array, c kv.Cache, mask kv.Mask, rows *tensor.Array) *tensor.Array {
 	sc := tensor.NewScope()
 	defer sc.Close()
 	branch := func(in *tensor.Array, pre, post normer, f func(*tensor.Array) *tensor.Array) *tensor.Array {
@@ -658,7 +661,7 @@ func (b *genericBlock) forward(x *tensor.Array, c kv.Cache, mask kv.Mask) *tenso
 		return tensor.Add(in, y)
 	}
 	h := branch(x, b.preAttn, b.postAttn, func(y *tensor.Array) *tensor.Array { return b.attn.forward(y, c, mask) })
-	h = branch(h, b.preMLP, b.postMLP, b.mlp.Forward)
+	h = branch(takeRows(h, rows), b.preMLP, b.postMLP, b.mlp.Forward)
 	return sc.Keep(h)
 }
 
@@ -710,12 +713,16 @@ func (m *Generic) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOpt
 			masks[b.window] = LayerMask(caches, i, t, b.window, h.Backend())
 		}
 	}
+	out := outputRows(opts, t, h.Backend())
 	for i, b := range m.Blocks {
 		var c kv.Cache
 		if caches != nil {
 			c = caches[i]
 		}
-		h = b.forward(h, c, masks[b.window])
+		h = b.forward(h, c, masks[b.window], lastRows(i, len(m.Blocks), out))
+	}
+	if len(m.Blocks) == 0 {
+		h = takeRows(h, out)
 	}
 	return sc.Keep(m.Norm.Forward(h))
 }

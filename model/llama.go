@@ -181,20 +181,27 @@ func (m *Llama) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOptio
 	defer sc.Close()
 	h := EmbedInputs(m.Embed, ids, opts)
 	mask := LayerMask(caches, 0, ids.Dim(1), 0, h.Backend())
+	out := outputRows(opts, ids.Dim(1), h.Backend())
 	for i, b := range m.Layers {
 		var c kv.Cache
 		if caches != nil {
 			c = caches[i]
 		}
-		h = b.forward(h, c, mask)
+		h = b.forward(h, c, mask, lastRows(i, len(m.Layers), out))
+	}
+	if len(m.Layers) == 0 {
+		h = takeRows(h, out)
 	}
 	return sc.Keep(m.Norm.Forward(h))
 }
 
-func (b *llamaBlock) forward(x *tensor.Array, c kv.Cache, mask kv.Mask) *tensor.Array {
+// forward runs the block over x; with rows set (the last layer of a pass
+// that wants only those positions) the feed-forward runs on them alone and
+// the block returns them.
+func (b *llamaBlock) forward(x *tensor.Array, c kv.Cache, mask kv.Mask, rows *tensor.Array) *tensor.Array {
 	sc := tensor.NewScope()
 	defer sc.Close()
-	r := tensor.Add(x, b.Attn.Forward(b.InNorm.Forward(x), c, mask))
+	r := takeRows(tensor.Add(x, b.Attn.Forward(b.InNorm.Forward(x), c, mask)), rows)
 	n := b.PostNorm.Forward(r)
 	var f *tensor.Array
 	if b.MoE != nil {

@@ -349,21 +349,28 @@ func (m *MLA) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOptions
 	h := EmbedInputs(m.Embed, ids, opts)
 	mask := LayerMask(caches, 0, t, 0, h.Backend())
 	var sel []*tensor.Array // the last DSA selection, per row
+	out := outputRows(opts, t, h.Backend())
 	for i, b := range m.Blocks {
 		var c kv.Cache
 		if caches != nil {
 			c = caches[i]
 		}
-		h, sel = b.forward(h, c, mask, sel)
+		h, sel = b.forward(h, c, mask, sel, lastRows(i, len(m.Blocks), out))
+	}
+	if len(m.Blocks) == 0 {
+		h = takeRows(h, out)
 	}
 	return sc.Keep(m.Norm.Forward(h))
 }
 
-func (b *mlaBlock) forward(x *tensor.Array, c kv.Cache, mask kv.Mask, sel []*tensor.Array) (*tensor.Array, []*tensor.Array) {
+// forward runs the block over x; with rows set (the last layer of a pass
+// that wants only those positions) the feed-forward runs on them alone and
+// the block returns them.
+func (b *mlaBlock) forward(x *tensor.Array, c kv.Cache, mask kv.Mask, sel []*tensor.Array, rows *tensor.Array) (*tensor.Array, []*tensor.Array) {
 	sc := tensor.NewScope()
 	defer sc.Close()
 	a, sel := b.Attn.forwardRows(b.InNorm.Forward(x), c, mask, sel)
-	r := tensor.Add(x, a)
+	r := takeRows(tensor.Add(x, a), rows)
 	n := b.PostNorm.Forward(r)
 	var f *tensor.Array
 	if b.MoE != nil {
@@ -603,7 +610,7 @@ func (m *MLA) MTPStep(k int, hidden, next *tensor.Array, cache kv.Cache) (*tenso
 		caches = []kv.Cache{cache}
 	}
 	mask := LayerMask(caches, 0, x.Dim(1), 0, x.Backend())
-	y, _ := b.Block.forward(x, cache, mask, nil)
+	y, _ := b.Block.forward(x, cache, mask, nil, nil)
 	logits := b.Head.Forward(b.OutNorm.Forward(y))
 	return sc.Keep(y), sc.Keep(logits)
 }

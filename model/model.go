@@ -46,6 +46,52 @@ type ForwardOptions struct {
 	// positions outside any block; a block must lie whole in one pass.
 	// Architectures without bidirectional blocks ignore it.
 	Blocks []int32
+	// Outputs, when set, are the positions of the pass (indices along T,
+	// strictly increasing) whose hidden states the caller uses: Forward
+	// returns [B, len(Outputs), D] for them alone. Every layer still reads
+	// and writes the keys and values of every position; the last layer's
+	// feed-forward runs for these positions only (where the architecture
+	// supports it; others compute every position and select at the end), so
+	// a prefill that wants one position's logits skips that work for the
+	// rest. The selected rows are the same values a full pass gives them.
+	Outputs []int32
+}
+
+// SetOutputs sets Outputs: the hook generate.Wrap uses to ask a model for
+// some positions' hidden states only.
+func (o *ForwardOptions) SetOutputs(pos []int32) { o.Outputs = pos }
+
+// outputRows returns opts.Outputs as an index array on be, or nil when
+// every position is wanted (no options, no Outputs); positions that are
+// not strictly increasing within [0, t) are an argument error.
+func outputRows(opts *ForwardOptions, t int, be tensor.Backend) *tensor.Array {
+	if opts == nil || opts.Outputs == nil {
+		return nil
+	}
+	for i, p := range opts.Outputs {
+		if p < 0 || int(p) >= t || i > 0 && p <= opts.Outputs[i-1] {
+			panic(&tensor.Error{Op: "model.Forward", Err: fmt.Errorf("%w: outputs %v are not increasing positions of a %d-token pass", tensor.ErrArgument, opts.Outputs, t)})
+		}
+	}
+	return tensor.FromInt32On(be, opts.Outputs, []int{len(opts.Outputs)})
+}
+
+// lastRows is the positions layer i of n runs its feed-forward for: out
+// (outputRows) for the last layer, every position (nil) before it.
+func lastRows(i, n int, out *tensor.Array) *tensor.Array {
+	if i == n-1 {
+		return out
+	}
+	return nil
+}
+
+// takeRows returns the positions idx of x [B, T, D] (x itself when idx is
+// nil: every position).
+func takeRows(x, idx *tensor.Array) *tensor.Array {
+	if idx == nil {
+		return x
+	}
+	return tensor.Take(x, idx, 1)
 }
 
 // Architecture is what an architecture file implements. Its methods

@@ -322,6 +322,7 @@ func (m *Qwen35) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOpti
 	defer sc.Close()
 	t := ids.Dim(1)
 	h := EmbedInputs(m.Embed, ids, opts)
+	out := outputRows(opts, t, h.Backend())
 	var mask kv.Mask
 	haveMask := false
 	for i, b := range m.Blocks {
@@ -332,12 +333,18 @@ func (m *Qwen35) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOpti
 		if b.Attn != nil && !haveMask {
 			mask, haveMask = LayerMask(caches, i, t, 0, h.Backend()), true
 		}
-		h = b.forward(h, c, mask)
+		h = b.forward(h, c, mask, lastRows(i, len(m.Blocks), out))
+	}
+	if len(m.Blocks) == 0 {
+		h = takeRows(h, out)
 	}
 	return sc.Keep(m.Norm.Forward(h))
 }
 
-func (b *qwen35Block) forward(x *tensor.Array, c kv.Cache, mask kv.Mask) *tensor.Array {
+// forward runs the block over x; with rows set (the last layer of a pass
+// that wants only those positions) the feed-forward runs on them alone and
+// the block returns them.
+func (b *qwen35Block) forward(x *tensor.Array, c kv.Cache, mask kv.Mask, rows *tensor.Array) *tensor.Array {
 	sc := tensor.NewScope()
 	defer sc.Close()
 	n := b.InNorm.Forward(x)
@@ -347,7 +354,7 @@ func (b *qwen35Block) forward(x *tensor.Array, c kv.Cache, mask kv.Mask) *tensor
 	} else {
 		a = b.Attn.forward(n, c, mask)
 	}
-	r := tensor.Add(x, a)
+	r := takeRows(tensor.Add(x, a), rows)
 	n = b.PostNorm.Forward(r)
 	var f *tensor.Array
 	if b.MoE != nil {
@@ -571,7 +578,7 @@ func (m *Qwen35) MTPStep(k int, hidden, next *tensor.Array, cache kv.Cache) (*te
 		caches = []kv.Cache{cache}
 	}
 	mask := LayerMask(caches, 0, x.Dim(1), 0, x.Backend())
-	y := m.MTPNorm.Forward(m.MTPBlocks[k].forward(x, cache, mask))
+	y := m.MTPNorm.Forward(m.MTPBlocks[k].forward(x, cache, mask, nil))
 	return sc.Keep(y), sc.Keep(m.Head.Forward(y))
 }
 

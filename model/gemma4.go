@@ -227,6 +227,7 @@ func (m *Gemma4) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOpti
 		}
 	}
 	spans := kv.Spans(first, t)
+	out := outputRows(opts, t, h.Backend())
 	// one mask per layer type, from the first layer of that type that
 	// owns a cache (all of them are in the same state)
 	masks := map[string]kv.Mask{}
@@ -239,11 +240,35 @@ func (m *Gemma4) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOpti
 			}
 		}
 	}
+	// a pass that wants its last position alone: the trailing KV-sharing
+	// layers write no keys or values, so from the first of them on the
+	// other positions' states feed nothing and those layers run the last
+	// position only (its own position, and its row of each mask)
+	cut := len(m.Blocks)
+	if out != nil && len(opts.Outputs) == 1 && int(opts.Outputs[0]) == t-1 && len(spans) == 1 && lastMasksOK(masks, t) {
+		for cut > 0 && m.Blocks[cut-1].spec.Shared {
+			cut--
+		}
+	}
 	kvs := make([]kv.KV, len(m.Blocks))
 	for i, b := range m.Blocks {
 		var c kv.Cache
 		if caches != nil {
 			c = caches[i]
+		}
+		rows := lastRows(i, len(m.Blocks), out)
+		if i == cut {
+			h = takeRows(h, out)
+			if ple != nil {
+				ple = takeRows(ple, out)
+			}
+			spans = []kv.Span{{Start: 0, Len: 1, Offset: spans[0].Offset + t - 1}}
+			for k, mk := range masks {
+				masks[k] = lastMask(mk, t)
+			}
+		}
+		if i >= cut {
+			rows = nil // the last position is all there is
 		}
 		var pli *tensor.Array
 		if ple != nil {
@@ -253,11 +278,38 @@ func (m *Gemma4) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOpti
 		if b.spec.Shared {
 			donor = kvs[b.spec.Donor]
 		}
-		h, kvs[i] = b.forward(h, c, masks[b.spec.Type], spans, donor, pli)
+		h, kvs[i] = b.forward(h, c, masks[b.spec.Type], spans, donor, pli, rows)
 	}
-	// every position runs every layer (the per-layer inputs and shared
-	// caches are not split by position); the wanted ones are selected here
-	return sc.Keep(m.Norm.Forward(takeRows(h, outputRows(opts, t, h.Backend()))))
+	if len(m.Blocks) == 0 {
+		h = takeRows(h, out)
+	}
+	return sc.Keep(m.Norm.Forward(h))
+}
+
+// lastMasksOK reports whether every mask of a t-token pass has a row for
+// its last query that lastMask can give: no per-row masks, and arrays
+// whose query axis is the pass's.
+func lastMasksOK(masks map[string]kv.Mask, t int) bool {
+	for _, mk := range masks {
+		switch {
+		case mk.Rows != nil:
+			return false
+		case mk.Kind == tensor.MaskArray && (mk.Array.NDim() < 2 || mk.Array.Dim(-2) != t):
+			return false
+		case mk.Kind != tensor.MaskNone && mk.Kind != tensor.MaskCausal && mk.Kind != tensor.MaskArray:
+			return false
+		}
+	}
+	return true
+}
+
+// lastMask is the mask of the last query of a t-token pass alone: none
+// for a causal mask (the last query sees every key), the array's last row.
+func lastMask(mk kv.Mask, t int) kv.Mask {
+	if mk.Kind != tensor.MaskArray {
+		return kv.Mask{}
+	}
+	return kv.Mask{Kind: tensor.MaskArray, Array: tensor.SliceAxis(mk.Array, mk.Array.NDim()-2, t-1, t)}
 }
 
 // embed returns the scaled token embeddings, with precomputed embeddings
@@ -278,7 +330,10 @@ func (m *Gemma4) embed(ids *tensor.Array, opts *ForwardOptions) *tensor.Array {
 // values for KV-sharing layers. It returns the new hidden states and the
 // keys and values this layer attended to (cache views, or arrays left in
 // the caller's scope when there is no cache) for layers that share them.
-func (b *gemma4Block) forward(x *tensor.Array, c kv.Cache, mask kv.Mask, spans []kv.Span, shared kv.KV, pli *tensor.Array) (*tensor.Array, kv.KV) {
+// forward runs the block over x; with rows set (the last layer of a pass
+// that wants only those positions) the feed-forward and the per-layer
+// input run on them alone and the block returns them.
+func (b *gemma4Block) forward(x *tensor.Array, c kv.Cache, mask kv.Mask, spans []kv.Span, shared kv.KV, pli, rows *tensor.Array) (*tensor.Array, kv.KV) {
 	sc := tensor.NewScope()
 	defer sc.Close()
 	bs, t := x.Dim(0), x.Dim(1)
@@ -305,7 +360,10 @@ func (b *gemma4Block) forward(x *tensor.Array, c kv.Cache, mask kv.Mask, spans [
 	}
 	o := kv.Attend(q, got, mask, tensor.SDPAOptions{Scale: b.attnScale})
 	o = tensor.Reshape(tensor.Transpose(o, 0, 2, 1, 3), bs, t, b.heads*hd)
-	r := tensor.Add(x, b.PostAttnNorm.Forward(b.O.Forward(o)))
+	r := takeRows(tensor.Add(x, b.PostAttnNorm.Forward(b.O.Forward(o))), rows)
+	if pli != nil {
+		pli = takeRows(pli, rows)
+	}
 
 	f := b.MLP.Forward(b.PreFFNorm.Forward(r))
 	if b.MoE != nil {

@@ -235,7 +235,7 @@ func (a *Gemma4Assistant) Step(x *tensor.Array, shared AssistantKV, pos int) (pr
 		if src.Keys == nil {
 			panic(&tensor.Error{Op: "gemma4_assistant.Step", Err: fmt.Errorf("%w: no target K/V for the drafter's %s layers", tensor.ErrArgument, b.spec.Type)})
 		}
-		h, _ = b.forward(h, nil, kv.Mask{}, spans, src, nil)
+		h, _ = b.forward(h, nil, kv.Mask{}, spans, src, nil, nil)
 	}
 	h = a.Norm.Forward(h)
 	proj = a.Post.Forward(h)

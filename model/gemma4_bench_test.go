@@ -132,3 +132,42 @@ func BenchmarkGemma4Decode1B4Bit(b *testing.B) {
 	b.ReportMetric(roof, "roofline-tok/s")
 	b.ReportMetric(tps/roof, "of-roofline")
 }
+
+// BenchmarkGemma4Prefill1B4Bit measures a 256-token prefill of the random
+// 4-bit 1B-shaped Gemma 4, without and with KV-sharing layers (the last 8
+// of 16 reading earlier layers' keys and values, as Gemma 4's E models'
+// last layers do), computing every position's hidden state ("all") or the
+// last position's alone ("last": ForwardOptions.Outputs, what a prompt's
+// last chunk asks for; the KV-sharing layers then run one position).
+func BenchmarkGemma4Prefill1B4Bit(b *testing.B) {
+	const t = 256
+	for _, shared := range []int{0, 8} {
+		cfg := gemma4Bench1B()
+		cfg.KVSharedLayers = shared
+		if err := cfg.validate(); err != nil {
+			b.Fatal(err)
+		}
+		m, owned, _ := randomGemma4(cfg, 4)
+		prompt := make([]int32, t)
+		for i := range prompt {
+			prompt[i] = int32(3 + 97*i%cfg.Vocab)
+		}
+		for _, mode := range []string{"all", "last"} {
+			b.Run("shared="+strconv.Itoa(shared)+"/"+mode, func(b *testing.B) {
+				var opts *ForwardOptions
+				if mode == "last" {
+					opts = &ForwardOptions{Outputs: []int32{t - 1}}
+				}
+				for b.Loop() {
+					caches := m.MakeCaches()
+					h := m.Forward(idsArray(prompt), caches, opts)
+					tensor.Eval(h)
+					h.Free()
+					FreeCaches(caches)
+				}
+				b.ReportMetric(float64(t*b.N)/b.Elapsed().Seconds(), "tok/s")
+			})
+		}
+		tensor.Free(owned...)
+	}
+}

@@ -38,6 +38,12 @@ func (a *AdapterModel) Forward(ids *tensor.Array, caches []kv.Cache) (*tensor.Ar
 	return a.m.ForwardWith(lora.Selection{}, ids, caches, nil)
 }
 
+// ForwardOutputs implements generate.OutputForwarder: the base model,
+// returning positions pos alone (model.ForwardOptions.Outputs).
+func (a *AdapterModel) ForwardOutputs(ids *tensor.Array, caches []kv.Cache, pos []int32) (*tensor.Array, error) {
+	return a.m.ForwardWith(lora.Selection{}, ids, caches, &model.ForwardOptions{Outputs: pos})
+}
+
 // Logits implements generate.Model: the base model's head.
 func (a *AdapterModel) Logits(hidden *tensor.Array) (*tensor.Array, error) {
 	return a.m.LogitsWith(lora.Selection{}, hidden)

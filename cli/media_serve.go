@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/kv"
 	"github.com/mlxgo/mlxgo/model"
 	"github.com/mlxgo/mlxgo/serve"
 	"github.com/mlxgo/mlxgo/tensor"
@@ -25,6 +26,11 @@ func (s *servedMedia) Media() *model.Gemma4Media { return s.media }
 
 // Base implements serve.MediaModel.
 func (s *servedMedia) Base() model.Model { return s.base }
+
+// ForwardOutputs implements generate.OutputForwarder: the text model's.
+func (s *servedMedia) ForwardOutputs(ids *tensor.Array, caches []kv.Cache, pos []int32) (*tensor.Array, error) {
+	return generate.ForwardOutputs(s.Model, ids, caches, pos)
+}
 
 // serveModel is the generate.Model the server runs: m with the
 // checkpoint's vision and audio towers when it has any (a Gemma 4

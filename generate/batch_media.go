@@ -86,7 +86,7 @@ func (b *Batch) AddEmbeds(ctx context.Context, prompt []int32, opts *Options, e 
 // have adapter sets) with every such row's embeddings spliced in at their
 // place in the pass (pad ids under them). outputs, when set, are the only
 // positions the caller reads: a plain pass (no adapters, no embeddings)
-// returns their hidden states alone (forwardOutputs); the others return
+// returns their hidden states alone (ForwardOutputs); the others return
 // every position's.
 func (b *Batch) forwardPass(in *tensor.Array, ids []int32, caches []kv.Cache, segs []segment, rf RowForwarder, spans []RowSpan, outputs []int32) (*tensor.Array, error) {
 	var fw EmbedForwarder
@@ -118,7 +118,7 @@ func (b *Batch) forwardPass(in *tensor.Array, ids []int32, caches []kv.Cache, se
 			return rf.ForwardRows(in, caches, spans)
 		}
 		if outputs != nil {
-			return forwardOutputs(b.m, in, caches, outputs)
+			return ForwardOutputs(b.m, in, caches, outputs)
 		}
 		return b.m.Forward(in, caches)
 	}

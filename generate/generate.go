@@ -38,10 +38,12 @@ type OutputForwarder interface {
 	ForwardOutputs(ids *tensor.Array, caches []kv.Cache, pos []int32) (*tensor.Array, error)
 }
 
-// forwardOutputs runs ids through m and returns the hidden states of
-// positions pos: through ForwardOutputs when m is an OutputForwarder, else
-// from every position's (a plain Forward when pos is every position).
-func forwardOutputs(m Model, ids *tensor.Array, caches []kv.Cache, pos []int32) (*tensor.Array, error) {
+// ForwardOutputs runs ids through m and returns the hidden states of
+// positions pos (strictly increasing indices along T): through m's
+// ForwardOutputs when m is an OutputForwarder, else selected from every
+// position's (a plain Forward when pos is every position). Wrappers of a
+// Model implement OutputForwarder with it.
+func ForwardOutputs(m Model, ids *tensor.Array, caches []kv.Cache, pos []int32) (*tensor.Array, error) {
 	if len(pos) == ids.Dim(1) {
 		return m.Forward(ids, caches)
 	}

@@ -269,7 +269,7 @@ func (s *Stream) prefillChunk(ids []int32) (err error) {
 	if s.prefillObs != nil { // a drafter reads every position's state
 		h, err = s.m.Forward(s.hostIDs(ids), s.caches)
 	} else { // the KV alone: one position's output, the least there is
-		h, err = forwardOutputs(s.m, s.hostIDs(ids), s.caches, []int32{int32(len(ids) - 1)})
+		h, err = ForwardOutputs(s.m, s.hostIDs(ids), s.caches, []int32{int32(len(ids) - 1)})
 	}
 	if err != nil {
 		return err
@@ -361,7 +361,7 @@ func (s *Stream) dispatch(input func() *tensor.Array) (p *pending, err error) {
 // the logits of its last position, [1, V], after converting caches that
 // reached the quantization start.
 func (s *Stream) lastLogits(in *tensor.Array) (*tensor.Array, error) {
-	h, err := forwardOutputs(s.m, in, s.caches, []int32{int32(in.Dim(1) - 1)})
+	h, err := ForwardOutputs(s.m, in, s.caches, []int32{int32(in.Dim(1) - 1)})
 	in.Free()
 	if err != nil {
 		return nil, err

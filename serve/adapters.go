@@ -123,6 +123,12 @@ func (m *adapterMedia) LogitsRows(hidden *tensor.Array, rows []generate.RowSpan)
 	return m.rows.LogitsRows(hidden, rows)
 }
 
+// ForwardOutputs implements generate.OutputForwarder: the media model's
+// text passes.
+func (m *adapterMedia) ForwardOutputs(ids *tensor.Array, caches []kv.Cache, pos []int32) (*tensor.Array, error) {
+	return generate.ForwardOutputs(m.MediaModel, ids, caches, pos)
+}
+
 // ForwardRowsEmbeds implements generate.RowEmbedForwarder.
 func (m *adapterMedia) ForwardRowsEmbeds(ids *tensor.Array, caches []kv.Cache, rows []generate.RowSpan, emb, mask *tensor.Array) (*tensor.Array, error) {
 	return m.rows.ForwardRowsEmbeds(ids, caches, rows, emb, mask)

@@ -243,7 +243,9 @@ func (s *Server) embedAll(ctx context.Context, inputs [][]int32) ([][]float32, e
 
 // embedOne runs ids through the model in prefill-sized chunks with fresh
 // caches and pools the final hidden states: summed per chunk on the
-// backend for the mean, the last position's row for last-token pooling.
+// backend for the mean, the last position's row for last-token pooling
+// (each chunk's pass then asks for its last position alone,
+// generate.ForwardOutputs).
 // The vector is L2-normalized.
 func (s *Server) embedOne(ctx context.Context, ids []int32) ([]float32, error) {
 	chunk := s.cfg.PrefillChunkSize
@@ -269,13 +271,23 @@ func (s *Server) embedOne(ctx context.Context, ids []int32) ([]float32, error) {
 			step := func() {
 				sc := tensor.NewScope()
 				defer sc.Close()
-				h, err := s.cfg.Model.Forward(tensor.FromInt32On(be, part, []int{1, len(part)}), caches)
+				in := tensor.FromInt32On(be, part, []int{1, len(part)})
+				var h *tensor.Array
+				var err error
+				want := len(part) // the positions the pass returns
+				if last {
+					// last-token pooling reads one position of a chunk at most
+					h, err = generate.ForwardOutputs(s.cfg.Model, in, caches, []int32{int32(len(part) - 1)})
+					want = 1
+				} else {
+					h, err = s.cfg.Model.Forward(in, caches)
+				}
 				if err != nil {
 					ferr = err
 					return
 				}
 				sh := h.Shape()
-				if len(sh) != 3 || sh[1] != len(part) {
+				if len(sh) != 3 || sh[1] != want {
 					ferr = fmt.Errorf("the model's hidden states have shape %v for %d tokens", sh, len(part))
 					return
 				}

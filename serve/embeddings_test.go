@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/sampler"
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -174,6 +175,17 @@ func TestEmbeddings(t *testing.T) {
 	lastVec, _ := embeddings(t, hsLast.URL, map[string]any{"input": long})
 	if diff := maxDiff(lastVec[0], d.reference(t, longIDs, true)); diff > 1e-3 {
 		t.Errorf("chunked last-token pooling differs from the reference by %g", diff)
+	}
+	// its passes ask for their last position alone: the bits of computing
+	// every position
+	if _, ok := cfg.Model.(generate.OutputForwarder); !ok {
+		t.Fatal("the demo's served model is not a generate.OutputForwarder")
+	}
+	plain := cfg
+	plain.Model = struct{ generate.Model }{cfg.Model}
+	_, hsPlain := startServer(t, plain)
+	if v, _ := embeddings(t, hsPlain.URL, map[string]any{"input": long}); !reflect.DeepEqual(v, lastVec) {
+		t.Error("last-token pooling asking for one position differs from computing every position")
 	}
 	cfg.EmbeddingPooling = PoolMean
 	_, hsMean := startServer(t, cfg)

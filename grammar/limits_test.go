@@ -112,3 +112,61 @@ func TestExprSizeSaturates(t *testing.T) {
 		t.Errorf("size of 10 nested {1000} = %d, want saturated %d", got, 1<<20+1)
 	}
 }
+
+// TestAmbiguousBounded: a grammar whose parses multiply with every byte (a
+// recursive rule under nested repetition; FuzzEBNF found it taking 3.6 s
+// for its 16th byte) stops at maxPositions: the bytes up to the bound are
+// accepted, then FillNextTokenBitmask reports ErrAmbiguous and nothing
+// more is accepted, every step in bounded work. A plain grammar's long
+// text never comes near the bound.
+func TestAmbiguousBounded(t *testing.T) {
+	ti, ids := byteVocab(t)
+	g, err := EBNFGrammar("0::=([^])0+++*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMatcher(CompileGrammar(g, ti, CompileOptions{Lazy: true}))
+	mask := make([]int32, ti.BitmaskWords())
+	accepted, stopped := 0, false
+	for i := 0; i < 64; i++ {
+		err := m.FillNextTokenBitmask(mask)
+		if errors.Is(err, ErrAmbiguous) {
+			stopped = true
+			if m.AcceptToken(ids["0"]) || m.AcceptString("0") || m.JumpForward() != "" {
+				t.Fatal("accepted more after ErrAmbiguous")
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mask['0'>>5]>>('0'&31)&1 != 1 || !m.AcceptToken(ids["0"]) {
+			t.Fatalf("byte %d: '0' not allowed and accepted", i)
+		}
+		accepted++
+	}
+	if !stopped || accepted < 4 {
+		t.Fatalf("accepted %d bytes, stopped %v: want a few bytes, then ErrAmbiguous", accepted, stopped)
+	}
+	// a rollback past the bound resumes
+	if err := m.Rollback(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.FillNextTokenBitmask(mask); err != nil {
+		t.Fatalf("after rolling back past the bound: %v", err)
+	}
+	// an unambiguous grammar over a long text stays far below the bound
+	g2, err := EBNFGrammar(`root ::= ("a" | "b")+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2 := NewMatcher(CompileGrammar(g2, ti, CompileOptions{Lazy: true}))
+	for i := 0; i < 2000; i++ {
+		if err := m2.FillNextTokenBitmask(mask); err != nil {
+			t.Fatal(err)
+		}
+		if !m2.AcceptToken(ids["ab"[i%2:i%2+1]]) {
+			t.Fatalf("byte %d refused", i)
+		}
+	}
+}

@@ -29,6 +29,7 @@ type mstate struct {
 	pos        []pos
 	done       bool
 	terminated bool
+	overflow   bool // the parse outgrew maxPositions: nothing more is allowed (ErrAmbiguous)
 }
 
 // Matcher tracks one sequence's progress through a compiled grammar. It is
@@ -55,7 +56,7 @@ func NewMatcher(cg *CompiledGrammar) *Matcher {
 // Reset returns to the start of the grammar and forgets the history.
 func (m *Matcher) Reset() {
 	ps := m.st.close([]pos{{m.cg.g.root, nil}}, nil)
-	m.hist = append(m.hist[:0], mstate{pos: ps, done: m.st.done})
+	m.hist = append(m.hist[:0], mstate{pos: ps, done: m.st.done && !m.st.overflow, overflow: m.st.overflow})
 }
 
 func (m *Matcher) cur() *mstate { return &m.hist[len(m.hist)-1] }
@@ -72,7 +73,7 @@ func (m *Matcher) IsTerminated() bool { return m.cur().terminated }
 func (m *Matcher) AcceptToken(id int) bool {
 	s := m.cur()
 	ti := m.cg.ti
-	if s.terminated || id < 0 || id >= ti.size {
+	if s.terminated || s.overflow || id < 0 || id >= ti.size {
 		return false
 	}
 	if ti.isStop(id) {
@@ -86,11 +87,11 @@ func (m *Matcher) AcceptToken(id int) bool {
 	if ti.spec[id] || len(b) == 0 {
 		return false
 	}
-	ps, done, ok := m.advanceBytes(s.pos, b)
+	ps, done, over, ok := m.advanceBytes(s.pos, b)
 	if !ok {
 		return false
 	}
-	m.push(mstate{pos: ps, done: done})
+	m.push(mstate{pos: ps, done: done, overflow: over})
 	return true
 }
 
@@ -99,36 +100,40 @@ func (m *Matcher) AcceptToken(id int) bool {
 // nothing when the text is not allowed.
 func (m *Matcher) AcceptString(s string) bool {
 	st := m.cur()
-	if st.terminated {
+	if st.terminated || st.overflow {
 		return false
 	}
 	if s == "" {
 		return true
 	}
-	ps, done, ok := m.advanceBytes(st.pos, []byte(s))
+	ps, done, over, ok := m.advanceBytes(st.pos, []byte(s))
 	if !ok {
 		return false
 	}
-	m.push(mstate{pos: ps, done: done})
+	m.push(mstate{pos: ps, done: done, overflow: over})
 	return true
 }
 
-func (m *Matcher) advanceBytes(cur []pos, b []byte) ([]pos, bool, bool) {
+func (m *Matcher) advanceBytes(cur []pos, b []byte) (ps []pos, done, overflow, ok bool) {
 	for len(m.bufs) < 2 {
 		m.bufs = append(m.bufs, nil)
 	}
 	from := cur
-	done := false
 	for k, c := range b {
 		out := m.st.advance(from, c, m.bufs[k&1][:0])
 		m.bufs[k&1] = out
 		done = m.st.done
+		if m.st.overflow {
+			// the state outgrew its bound: the bytes so far were allowed, and
+			// nothing after them is (the next mask is ErrAmbiguous)
+			return nil, false, true, true
+		}
 		if len(out) == 0 && !(done && k == len(b)-1) {
-			return nil, false, false
+			return nil, false, false, false
 		}
 		from = out
 	}
-	return append([]pos(nil), from...), done, true
+	return append([]pos(nil), from...), done, false, true
 }
 
 func (m *Matcher) push(s mstate) {
@@ -164,6 +169,13 @@ func (m *Matcher) Fork() TokenMatcher {
 // vocabulary needs.
 var ErrMaskTooSmall = errors.New("grammar: bitmask smaller than the vocabulary")
 
+// ErrAmbiguous is FillNextTokenBitmask's error once the text so far has
+// more simultaneous parses than the matcher follows (maxPositions): the
+// grammar is too ambiguous to constrain further, and the matcher allows
+// nothing more (bounded work for any grammar, instead of time exponential
+// in the text's length).
+var ErrAmbiguous = fmt.Errorf("grammar: the text so far has more than %d simultaneous parses (an ambiguous grammar); nothing more can be matched", maxPositions)
+
 // FillNextTokenBitmask writes the allowed next tokens into mask: bit i%32
 // of word i/32 is 1 when token i is allowed. mask may be longer than the
 // vocabulary needs (models often pad their logits); the extra bits are 0.
@@ -177,6 +189,9 @@ func (m *Matcher) FillNextTokenBitmask(mask []int32) error {
 	s := m.cur()
 	if s.terminated {
 		return nil
+	}
+	if s.overflow {
+		return ErrAmbiguous
 	}
 	for _, p := range s.pos {
 		nm := m.cg.mask(p.node, &m.fill)
@@ -237,7 +252,7 @@ func (m *Matcher) checkUncertain(p pos, t *tokenTrie, mask []int32) {
 // empty when there is a choice or the grammar may end.
 func (m *Matcher) JumpForward() string {
 	s := m.cur()
-	if s.terminated || s.done {
+	if s.terminated || s.done || s.overflow {
 		return ""
 	}
 	st := &stepper{g: m.cg.g}

@@ -44,9 +44,17 @@ type stepper struct {
 	slab    []frame
 	slabPos int
 	// results of the last close call
-	done    bool // the root rule completed (parent nil)
-	escaped bool // popped into bottom
+	done     bool // the root rule completed (parent nil)
+	escaped  bool // popped into bottom
+	overflow bool // the closure reached maxPositions and was cut there
 }
+
+// maxPositions bounds a parser state: an ambiguous grammar (a recursive
+// rule under nested repetition, say) can double its distinct stacks with
+// every byte, and a state at the bound makes the matcher stop with
+// ErrAmbiguous instead of spending exponential time. Grammars from JSON
+// schemas and regexes stay far below it.
+const maxPositions = 1024
 
 func (st *stepper) newFrame(ret int32, parent *frame) *frame {
 	var f *frame
@@ -77,10 +85,14 @@ func (st *stepper) newFrame(ret int32, parent *frame) *frame {
 // positions that can consume a byte to out.
 func (st *stepper) close(seed []pos, out []pos) []pos {
 	g := st.g
-	st.done, st.escaped = false, false
+	st.done, st.escaped, st.overflow = false, false, false
 	vis := st.vis[:0]
 	work := append(st.work[:0], seed...)
 	for len(work) > 0 {
+		if len(vis) >= maxPositions {
+			st.overflow = true
+			break
+		}
 		p := work[len(work)-1]
 		work = work[:len(work)-1]
 		dup := false
@@ -129,7 +141,7 @@ func (st *stepper) advance(cur []pos, b byte, out []pos) []pos {
 	}
 	st.seed = seed
 	if len(seed) == 0 {
-		st.done, st.escaped = false, false
+		st.done, st.escaped, st.overflow = false, false, false
 		return out
 	}
 	return st.close(seed, out)

@@ -7,7 +7,9 @@
 // automaton over bytes, so recursion ($ref, EBNF rules) and UTF-8 split
 // across tokens both work. The parser state is a small set of stacks
 // (positions); stacks are immutable linked frames, so rollback and fork
-// are cheap.
+// are cheap. The set is bounded: a grammar ambiguous enough that its
+// parses outgrow the bound (a recursive rule under nested repetition)
+// stops with ErrAmbiguous rather than cost time exponential in the text.
 //
 // CompileGrammar binds a Grammar to a vocabulary (TokenizerInfo, built
 // from the Vocabulary interface, which needs only each token's bytes and

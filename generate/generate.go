@@ -58,10 +58,11 @@ func ForwardOutputs(m Model, ids *tensor.Array, caches []kv.Cache, pos []int32) 
 }
 
 // selectPositions returns positions pos of h [B, T, D], consuming h (h
-// itself when pos is every position in order).
+// itself when it holds len(pos) positions: every position in order, or a
+// model's output that already holds pos alone).
 func selectPositions(h *tensor.Array, pos []int32) *tensor.Array {
 	if len(pos) == h.Dim(1) {
-		return h // increasing positions, as many as T: all of them
+		return h // already the positions asked for
 	}
 	out := tensor.Take(h, tensor.FromInt32On(h.Backend(), pos, []int{len(pos)}), 1)
 	h.Free()
@@ -501,23 +502,16 @@ func (w *wrapped[O]) Forward(ids *tensor.Array, caches []kv.Cache) (*tensor.Arra
 // position anyway, the positions are selected from its output.
 func (w *wrapped[O]) ForwardOutputs(ids *tensor.Array, caches []kv.Cache, pos []int32) (*tensor.Array, error) {
 	var o O
-	set, ok := any(&o).(interface{ SetOutputs([]int32) })
-	if !ok {
-		h, err := w.fwd(ids, caches, nil)
-		if err != nil {
-			return nil, err
-		}
-		return selectPositions(h, pos), nil
+	var opts *O
+	if set, ok := any(&o).(interface{ SetOutputs([]int32) }); ok {
+		set.SetOutputs(pos)
+		opts = &o
 	}
-	set.SetOutputs(pos)
-	h, err := w.fwd(ids, caches, &o)
+	h, err := w.fwd(ids, caches, opts)
 	if err != nil {
 		return nil, err
 	}
-	if h.Dim(1) != len(pos) { // a model that ignored the request
-		return selectPositions(h, pos), nil
-	}
-	return h, nil
+	return selectPositions(h, pos), nil
 }
 
 func (w *wrapped[O]) Logits(h *tensor.Array) (*tensor.Array, error) { return w.logits(h) }

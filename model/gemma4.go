@@ -280,9 +280,6 @@ func (m *Gemma4) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOpti
 		}
 		h, kvs[i] = b.forward(h, c, masks[b.spec.Type], spans, donor, pli, rows)
 	}
-	if len(m.Blocks) == 0 {
-		h = takeRows(h, out)
-	}
 	return sc.Keep(m.Norm.Forward(h))
 }
 
@@ -330,9 +327,9 @@ func (m *Gemma4) embed(ids *tensor.Array, opts *ForwardOptions) *tensor.Array {
 // values for KV-sharing layers. It returns the new hidden states and the
 // keys and values this layer attended to (cache views, or arrays left in
 // the caller's scope when there is no cache) for layers that share them.
-// forward runs the block over x; with rows set (the last layer of a pass
-// that wants only those positions) the feed-forward and the per-layer
-// input run on them alone and the block returns them.
+// With rows set (the last layer of a pass that wants only those
+// positions) the feed-forward and the per-layer input run on them alone
+// and the new hidden states are theirs.
 func (b *gemma4Block) forward(x *tensor.Array, c kv.Cache, mask kv.Mask, spans []kv.Span, shared kv.KV, pli, rows *tensor.Array) (*tensor.Array, kv.KV) {
 	sc := tensor.NewScope()
 	defer sc.Close()

@@ -721,9 +721,6 @@ func (m *Generic) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOpt
 		}
 		h = b.forward(h, c, masks[b.window], lastRows(i, len(m.Blocks), out))
 	}
-	if len(m.Blocks) == 0 {
-		h = takeRows(h, out)
-	}
 	return sc.Keep(m.Norm.Forward(h))
 }
 

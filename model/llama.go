@@ -189,9 +189,6 @@ func (m *Llama) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOptio
 		}
 		h = b.forward(h, c, mask, lastRows(i, len(m.Layers), out))
 	}
-	if len(m.Layers) == 0 {
-		h = takeRows(h, out)
-	}
 	return sc.Keep(m.Norm.Forward(h))
 }
 

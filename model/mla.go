@@ -357,9 +357,6 @@ func (m *MLA) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOptions
 		}
 		h, sel = b.forward(h, c, mask, sel, lastRows(i, len(m.Blocks), out))
 	}
-	if len(m.Blocks) == 0 {
-		h = takeRows(h, out)
-	}
 	return sc.Keep(m.Norm.Forward(h))
 }
 

@@ -77,7 +77,9 @@ func outputRows(opts *ForwardOptions, t int, be tensor.Backend) *tensor.Array {
 }
 
 // lastRows is the positions layer i of n runs its feed-forward for: out
-// (outputRows) for the last layer, every position (nil) before it.
+// (outputRows) for the last layer, every position (nil) before it. Every
+// architecture has a layer (their configs refuse none), so the last
+// layer's selection is the pass's.
 func lastRows(i, n int, out *tensor.Array) *tensor.Array {
 	if i == n-1 {
 		return out

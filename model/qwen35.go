@@ -335,9 +335,6 @@ func (m *Qwen35) Forward(ids *tensor.Array, caches []kv.Cache, opts *ForwardOpti
 		}
 		h = b.forward(h, c, mask, lastRows(i, len(m.Blocks), out))
 	}
-	if len(m.Blocks) == 0 {
-		h = takeRows(h, out)
-	}
 	return sc.Keep(m.Norm.Forward(h))
 }
 

@@ -82,6 +82,36 @@ func hsum(z int) string {
 		"\tVADDPS X7, X5, X5\n\tVHADDPS X5, X5, X5\n\tVHADDPS X5, X5, X5\n\tVMOVSS X5, (AX)\n", z, z)
 }
 
+// hsum8 sums the lanes of four x rows' accumulators for w0 (a) and w1
+// (b) together and stores each row's pair of outputs (8 bytes at DI + i·ldo):
+// shuffles gather the lanes so that each add serves several vectors, and
+// every vector's lanes meet in hsum's order — lanes l and l+8, then l and
+// l+4, then 0+1 and 2+3, then those two — so the bits are hsum's.
+func hsum8(a, b []int) string {
+	s := ""
+	// halves: u = [lanes 0..7 + 8..15 of v0 | of v1], for the pairs
+	// (a0,a1) → Z0, (a2,a3) → Z2, (b0,b1) → Z4, (b2,b3) → Z6
+	for i, v := range [][2]int{{a[0], a[1]}, {a[2], a[3]}, {b[0], b[1]}, {b[2], b[3]}} {
+		l, h := 2*i, 2*i+1
+		s += fmt.Sprintf("\tVSHUFF64X2 $0x44, Z%d, Z%d, Z%d\n\tVSHUFF64X2 $0xEE, Z%d, Z%d, Z%d\n\tVADDPS Z%d, Z%d, Z%d\n",
+			v[1], v[0], l, v[1], v[0], h, h, l, l)
+	}
+	// quarters: per 128-bit lane i, row i's lanes l + l+4 (a in Z1, b in Z5)
+	for _, q := range [][4]int{{0, 2, 1, 3}, {4, 6, 5, 7}} {
+		s += fmt.Sprintf("\tVSHUFF32X4 $0x88, Z%d, Z%d, Z%d\n\tVSHUFF32X4 $0xDD, Z%d, Z%d, Z%d\n\tVADDPS Z%d, Z%d, Z%d\n",
+			q[1], q[0], q[2], q[1], q[0], q[3], q[3], q[2], q[2])
+	}
+	// pairs: [a0+a1, a2+a3, b0+b1, b2+b3] per lane, then their sums: w0's
+	// output in element 0, w1's in element 1
+	s += "\tVSHUFPS $0x88, Z5, Z1, Z0\n\tVSHUFPS $0xDD, Z5, Z1, Z2\n\tVADDPS Z2, Z0, Z0\n"
+	s += "\tVSHUFPS $0x88, Z0, Z0, Z1\n\tVSHUFPS $0xDD, Z0, Z0, Z2\n\tVADDPS Z2, Z1, Z1\n"
+	s += "\tMOVQ DI, AX\n\tVMOVQ X1, (AX)\n"
+	for i := 1; i < 4; i++ {
+		s += fmt.Sprintf("\tADDQ ldo+112(FP), AX\n\tVEXTRACTF32X4 $%d, Z1, X2\n\tVMOVQ X2, (AX)\n", i)
+	}
+	return s
+}
+
 func groups(r int, a0 []int, masked bool) string {
 	m, mz := "", ""
 	if masked {
@@ -229,11 +259,17 @@ func genPair(w func(string), name string, lo bool) {
 			}
 			for i := range r {
 				w(fmt.Sprintf("\tVADDPS Z%d, Z%d, Z%d\n", acc[1][i], acc[0][i], acc[0][i]))
+				if r == 4 {
+					continue // summed below, all eight at once
+				}
 				w(hsum(acc[0][i]))
 				if i+1 < r {
 					w("\tADDQ ldo+112(FP), AX\n")
 				}
 			}
+		}
+		if r == 4 {
+			w(hsum8(a0, b0))
 		}
 		w(fmt.Sprintf("%s_next:\n\tADDQ wskip+160(FP), SI\n\tADDQ ldw+168(FP), SI\n", p))
 		w(fmt.Sprintf("\tADDQ $8, DI\n\tLEAQ (R11)(R15*2), R11\n\tLEAQ (R12)(R15*2), R12\n\tSUBQ $2, R13\n\tJNZ %s_row\n\tJMP %s_done\n", p, l))

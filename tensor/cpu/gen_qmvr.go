@@ -253,15 +253,22 @@ func genPair(w func(string), name string, lo bool) {
 			w(groups(r, acc[0], false))
 			w(fmt.Sprintf("\tADDQ $%d, BX\n\tSUBQ $16, CX\n\tJMP %s_g\n%s_gtail:\n\tTESTQ CX, CX\n\tJZ %s_out\n", groupStep(), q, q, q))
 			w(groups(r, acc[0], true))
-			w(fmt.Sprintf("%s_out:\n\tMOVQ DI, AX\n", q))
+			w(fmt.Sprintf("%s_out:\n", q))
 			if k == 1 {
-				w("\tADDQ $4, AX\n\tSUBQ R15, R12\n")
+				w("\tSUBQ R15, R12\n")
+			}
+			if r == 4 { // summed below, all eight at once (hsum8)
+				for i := range r {
+					w(fmt.Sprintf("\tVADDPS Z%d, Z%d, Z%d\n", acc[1][i], acc[0][i], acc[0][i]))
+				}
+				continue
+			}
+			w("\tMOVQ DI, AX\n")
+			if k == 1 {
+				w("\tADDQ $4, AX\n")
 			}
 			for i := range r {
 				w(fmt.Sprintf("\tVADDPS Z%d, Z%d, Z%d\n", acc[1][i], acc[0][i], acc[0][i]))
-				if r == 4 {
-					continue // summed below, all eight at once
-				}
 				w(hsum(acc[0][i]))
 				if i+1 < r {
 					w("\tADDQ ldo+112(FP), AX\n")

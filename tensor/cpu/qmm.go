@@ -255,7 +255,9 @@ func qmmRun(dst, xb []byte, dt tensor.DType, rows int, w qmat, transpose bool) {
 	xp := qmmStage.get(rows * inner)
 	defer qmmStage.put(xp)
 	x := *xp
-	toF32(x, xb, dt)
+	stageRows(rows, inner, func(r0, r1 int) {
+		toF32(x[r0*inner:r1*inner], xb[r0*inner*dt.Size():r1*inner*dt.Size()], dt)
+	})
 	var out []float32
 	if dt == tensor.Float32 {
 		out = f32s(dst)[:rows*outer]
@@ -293,10 +295,30 @@ func qmmRun(dst, xb []byte, dt tensor.DType, rows int, w qmat, transpose bool) {
 	}
 	switch dt {
 	case tensor.BFloat16:
-		storeBF16(u16s(dst), out)
+		stageRows(rows, outer, func(r0, r1 int) {
+			storeBF16(u16s(dst)[r0*outer:r1*outer], out[r0*outer:r1*outer])
+		})
 	case tensor.Float16:
-		fromF32(dst, out, dt)
+		stageRows(rows, outer, func(r0, r1 int) {
+			fromF32(dst[r0*outer*2:r1*outer*2], out[r0*outer:r1*outer], dt)
+		})
 	}
+}
+
+// stageRowsMin is the fewest values a product's input or output
+// conversion splits over the workers (below it one goroutine converts:
+// a hand-off costs more than it saves).
+const stageRowsMin = 1 << 16
+
+// stageRows runs f over [0, rows) rows of width values each, split over the
+// workers in whole rows once rows·width reaches stageRowsMin. Each row's
+// conversion is elementwise, so the bits do not depend on the split.
+func stageRows(rows, width int, f func(r0, r1 int)) {
+	if rows*width < stageRowsMin || rows < 2 {
+		f(0, rows)
+		return
+	}
+	parallelFor(rows, max(1, stageRowsMin/2/max(width, 1)), f)
 }
 
 // qmvTFirst reports whether x·Wᵀ goes to the AVX512_BF16 kernel (qmvT)

@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 	"math/bits"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -193,39 +194,13 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 	u := unsafe.Slice((*uint16)(unsafe.Pointer(&f[0])), 2*nu)
 	hi, lo := u[:nhi], u[nhi:nhi+nlo]
 	gsum := f[nu : nu+rows*kng]
-	var xk []float32
-	var rk []uint16
-	if w.bits == 8 {
-		xk = make([]float32, kk)
-		if raw != nil {
-			rk = make([]uint16, kk)
+	var lod atomic.Bool
+	stageRows(rows, k, func(r0, r1 int) {
+		if qmvPrepRows(hi, lo, gsum, x, raw, r0, r1, k, kk, kgs, kng, ldx, w.bits) {
+			lod.Store(true)
 		}
-	}
-	anyLo := false
-	for m := range rows {
-		xm := x[m*k : (m+1)*k]
-		var rm []uint16
-		if raw != nil {
-			rm = raw[m*k : (m+1)*k]
-		}
-		xkm, rkm := xm, rm
-		if w.bits == 8 {
-			for i, v := range xm {
-				xk[2*i], xk[2*i+1] = v, 16*v
-			}
-			for i, h := range rm {
-				rk[2*i], rk[2*i+1] = h, tensor.F32ToBF16(16*math.Float32frombits(uint32(h)<<16))
-			}
-			xkm, rkm = xk, rk
-		}
-		var lom []uint16
-		if raw == nil {
-			lom = lo[m*ldx : (m+1)*ldx]
-		}
-		if prepQMV(hi[m*ldx:(m+1)*ldx], lom, gsum[m*kng:(m+1)*kng], xm, xkm, rkm, kk, kgs, kgs*k/kk/16) {
-			anyLo = true
-		}
-	}
+	})
+	anyLo := lod.Load()
 	// a row without residuals gives the same bits through XL (its
 	// residuals are zeros, adding exact zeros to its chains)
 	kern, kern2, loOff := qmvRowsX, qmvRows2X, 0
@@ -325,6 +300,46 @@ func qmvT(out, x []float32, raw []uint16, rows int, w qmat) {
 			}
 		}
 	})
+}
+
+// qmvPrepRows lays x rows [r0, r1) out for qmvT's kernels (prepQMV per
+// row, 8-bit weights' rows widened to nibble pairs first) and reports
+// whether any row has non-zero residuals.
+func qmvPrepRows(hi, lo []uint16, gsum, x []float32, raw []uint16, r0, r1, k, kk, kgs, kng, ldx, bits int) bool {
+	var xk []float32
+	var rk []uint16
+	if bits == 8 {
+		xk = make([]float32, kk)
+		if raw != nil {
+			rk = make([]uint16, kk)
+		}
+	}
+	anyLo := false
+	for m := r0; m < r1; m++ {
+		xm := x[m*k : (m+1)*k]
+		var rm []uint16
+		if raw != nil {
+			rm = raw[m*k : (m+1)*k]
+		}
+		xkm, rkm := xm, rm
+		if bits == 8 {
+			for i, v := range xm {
+				xk[2*i], xk[2*i+1] = v, 16*v
+			}
+			for i, h := range rm {
+				rk[2*i], rk[2*i+1] = h, tensor.F32ToBF16(16*math.Float32frombits(uint32(h)<<16))
+			}
+			xkm, rkm = xk, rk
+		}
+		var lom []uint16
+		if raw == nil {
+			lom = lo[m*ldx : (m+1)*ldx]
+		}
+		if prepQMV(hi[m*ldx:(m+1)*ldx], lom, gsum[m*kng:(m+1)*kng], xm, xkm, rkm, kk, kgs, kgs*k/kk/16) {
+			anyLo = true
+		}
+	}
+	return anyLo
 }
 
 // prepQMV lays one x row out for the kernels and fills its group sums.

@@ -66,7 +66,9 @@ func TestQ8DropsBorrowedCodePages(t *testing.T) {
 	defer tensor.Free(wq, sc, bi)
 	codes := wq.Bytes()
 	path := filepath.Join(t.TempDir(), "codes.bin")
-	if err := os.WriteFile(path, codes, 0o644); err != nil {
+	// written back before it is mapped: the kernel keeps dirty pages
+	// (still under writeback) resident whatever the repack advises
+	if err := writeSynced(path, codes); err != nil {
 		t.Fatal(err)
 	}
 	var fs syscall.Statfs_t
@@ -112,4 +114,21 @@ func TestQ8DropsBorrowedCodePages(t *testing.T) {
 	if !bytes.Equal(got.Bytes(), want.Bytes()) {
 		t.Error("the product over the borrowed weight differs from the one over a private copy")
 	}
+}
+
+// writeSynced writes b to a new file at path and flushes it to disk.
+func writeSynced(path string, b []byte) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

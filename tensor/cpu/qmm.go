@@ -300,21 +300,22 @@ func qmmRun(dst, xb []byte, dt tensor.DType, rows int, w qmat, transpose bool) {
 		})
 	case tensor.Float16:
 		stageRows(rows, outer, func(r0, r1 int) {
-			fromF32(dst[r0*outer*2:r1*outer*2], out[r0*outer:r1*outer], dt)
+			fromF32(dst[r0*outer*dt.Size():r1*outer*dt.Size()], out[r0*outer:r1*outer], dt)
 		})
 	}
 }
 
 // stageRowsMin is the fewest values a product's input or output
 // conversion splits over the workers (below it one goroutine converts:
-// a hand-off costs more than it saves).
-const stageRowsMin = 1 << 16
+// a hand-off costs more than it saves); a variable so that tests can split
+// small products.
+var stageRowsMin = 1 << 16
 
 // stageRows runs f over [0, rows) rows of width values each, split over the
 // workers in whole rows once rows·width reaches stageRowsMin. Each row's
 // conversion is elementwise, so the bits do not depend on the split.
 func stageRows(rows, width int, f func(r0, r1 int)) {
-	if rows*width < stageRowsMin || rows < 2 {
+	if rows*width < stageRowsMin {
 		f(0, rows)
 		return
 	}

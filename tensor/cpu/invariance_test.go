@@ -388,37 +388,13 @@ func TestGatherQMMRowInvariant(t *testing.T) {
 	})
 }
 
-// TestQuantizedMatmulStagedRows: a product's input widening, x row layout
-// and output rounding split over the workers in whole rows (stageRows,
-// here for every product) give the bits of one goroutine doing them
-// (GOMAXPROCS 1) and of each row alone.
+// TestQuantizedMatmulStagedRows runs TestQuantizedMatmulRowInvariant with
+// every product's input widening, x row layout and output rounding split
+// over the workers in whole rows (stageRows, which splits only products of
+// 64K values and more otherwise): the split gives the bits of one
+// goroutine doing them (GOMAXPROCS 1) and of each row alone.
 func TestQuantizedMatmulStagedRows(t *testing.T) {
 	defer func(v int) { stageRowsMin = v }(stageRowsMin)
 	stageRowsMin = 1
-	live := tensor.LiveArrays()
-	r := rand.New(rand.NewPCG(11, 12))
-	for _, bits := range []int{4, 8} {
-		for _, transpose := range []bool{true, false} {
-			for _, dt := range invDTypes {
-				const m, n, k, gs = 13, 128, 640, 64
-				s := tensor.NewScope()
-				shape := []int{n, k}
-				if !transpose {
-					shape = []int{k, n}
-				}
-				wq, sc, bi := tensor.Quantize(tensor.FromFloat32(randF32(r, n*k), shape, tensor.BFloat16), gs, bits)
-				x := tensor.FromFloat32(randF32(r, m*k), []int{m, k}, dt)
-				name := fmt.Sprintf("b%d/%s/transpose=%v", bits, dt, transpose)
-				checkRowInvariant(t, name, m,
-					func() *tensor.Array { return tensor.QuantizedMatmul(x, wq, sc, bi, transpose, gs, bits) },
-					func(i int) *tensor.Array {
-						return tensor.QuantizedMatmul(rowOf(x, 0, i), wq, sc, bi, transpose, gs, bits)
-					})
-				s.Close()
-			}
-		}
-	}
-	if d := tensor.LiveArrays() - live; d != 0 {
-		t.Errorf("%d arrays leaked", d)
-	}
+	TestQuantizedMatmulRowInvariant(t)
 }

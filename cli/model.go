@@ -73,6 +73,11 @@ func chooseBackend(name string, stderr io.Writer) (tensor.Backend, error) {
 	if int8Activations {
 		if cpu.Int8ActivationsSupported() {
 			fmt.Fprintln(stderr, "mlxgo: int8 activations for 4- and 8-bit weights (--int8-activations)")
+			if cpu.AMXInt8() {
+				fmt.Fprintln(stderr, "mlxgo: prefill products on AMX-INT8 tiles (MLXGO_AMX=1)")
+			} else if os.Getenv("MLXGO_AMX") == "1" {
+				fmt.Fprintf(stderr, "mlxgo: MLXGO_AMX=1: no AMX here (%s)\n", cpu.AMXStatus())
+			}
 		} else {
 			fmt.Fprintln(stderr, "mlxgo: --int8-activations: this CPU has no AVX512_VNNI; float activations are used")
 		}

@@ -285,9 +285,15 @@ func q8Run(out, x []float32, rows int, w qmat) {
 	p := q8For(w)
 	n, k, gs := w.rows, w.cols, w.gs
 	ldx := q8RowBytes(k, gs)
-	sp := q8Stage.get((rows*ldx + 3) / 4)
+	amx := amxUsable(rows, gs)
+	staged := rows
+	if amx { // the tiles take x rows 16 at a time: zero rows pad the last
+		staged = (rows + 15) / 16 * 16
+	}
+	sp := q8Stage.get((staged*ldx + 3) / 4)
 	defer q8Stage.put(sp)
-	xq := unsafe.Slice((*byte)(unsafe.Pointer(&(*sp)[0])), rows*ldx)
+	xq := unsafe.Slice((*byte)(unsafe.Pointer(&(*sp)[0])), staged*ldx)
+	clear(xq[rows*ldx:])
 	// a row is a few microseconds: a batched decode's 8 rows split over
 	// the workers instead of running on the caller alone
 	parallelFor(rows, 2, func(lo, hi int) {
@@ -295,6 +301,10 @@ func q8Run(out, x []float32, rows int, w qmat) {
 			q8Quantize(xq[m*ldx:(m+1)*ldx], x[m*k:(m+1)*k], gs)
 		}
 	})
+	if amx {
+		amxRun(out, xq, rows, ldx, p, n, k, gs)
+		return
+	}
 	ng := k / gs
 	parallelFor(p.nblk, 2, func(lo, hi int) {
 		var tail [8 * 16]float32

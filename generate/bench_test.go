@@ -81,8 +81,15 @@ func BenchmarkHostOverhead(b *testing.B) {
 // random 1B-shaped 4-bit Llama (hidden 2048, 16 layers, GQA 32/8, FFN
 // 8192, vocab 32000) on the CPU backend, as a fraction of the roofline
 // (bytes of weights a step reads ÷ read bandwidth measured in the run).
-func BenchmarkDecode1B4bit(b *testing.B) {
-	dir, stepBytes := writeLlama(b, llamaShape{Hidden: 2048, Layers: 16, Heads: 32, KVHeads: 8, HeadDim: 64, FFN: 8192, Vocab: 32000}, 4)
+func BenchmarkDecode1B4bit(b *testing.B) { benchDecode1B(b, 4) }
+
+// BenchmarkDecode1B8bit is BenchmarkDecode1B4bit with the weights in 8
+// bits (twice the bytes a step reads).
+func BenchmarkDecode1B8bit(b *testing.B) { benchDecode1B(b, 8) }
+
+// benchDecode1B is BenchmarkDecode1B4bit at the given bits.
+func benchDecode1B(b *testing.B, bits int) {
+	dir, stepBytes := writeLlama(b, llamaShape{Hidden: 2048, Layers: 16, Heads: 32, KVHeads: 8, HeadDim: 64, FFN: 8192, Vocab: 32000}, bits)
 	lm, err := model.Load(dir, &model.LoadOptions{Copy: true})
 	if err != nil {
 		b.Fatal(err)

@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/mlxgo/mlxgo/tensor/cpu"
 )
 
 func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -16,13 +19,17 @@ func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 
 func TestVersion(t *testing.T) {
 	code, out, _ := run(t, "version")
-	if code != 0 || !strings.HasPrefix(out, "mlxgo ") || !strings.Contains(out, "cpu") {
+	if code != 0 || !strings.HasPrefix(out, "mlxgo ") || !strings.Contains(out, "cpu") || !strings.Contains(out, " kernels=[") {
 		t.Fatalf("version: code %d, output %q", code, out)
 	}
 	code, out, _ = run(t, "version", "--json")
 	var v versionInfo
 	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Version == "" || len(v.Backends) == 0 {
 		t.Fatalf("version --json: code %d, output %q", code, out)
+	}
+	// the CPU backend's kernels, as it dispatches them
+	if want := cpu.KernelFeatures(); v.Kernels == nil || !slices.Equal(v.Kernels, want) && len(want) > 0 {
+		t.Fatalf("version --json: cpu_kernels %v, the backend uses %v", v.Kernels, want)
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 	"runtime/debug"
 
 	"github.com/mlxgo/mlxgo/tensor"
-	_ "github.com/mlxgo/mlxgo/tensor/cpu" // the embedded default backend
+	"github.com/mlxgo/mlxgo/tensor/cpu" // the embedded default backend
 )
 
 // version is the release version, set at build time with
@@ -23,6 +23,11 @@ type versionInfo struct {
 	Platform string   `json:"platform"`
 	Backends []string `json:"backends"`
 	Threads  int      `json:"threads"`
+	// CPU is the processor's name, Kernels the CPU backend's instruction
+	// sets in use (cpu.KernelFeatures), so that a benchmark's record says
+	// which kernels produced it.
+	CPU     string   `json:"cpu,omitempty"`
+	Kernels []string `json:"cpu_kernels"`
 }
 
 func currentVersion() versionInfo {
@@ -32,6 +37,11 @@ func currentVersion() versionInfo {
 		Platform: runtime.GOOS + "/" + runtime.GOARCH,
 		Backends: tensor.Registered(),
 		Threads:  runtime.GOMAXPROCS(0),
+		CPU:      cpu.CPUModel(),
+		Kernels:  cpu.KernelFeatures(),
+	}
+	if v.Kernels == nil {
+		v.Kernels = []string{}
 	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
@@ -46,7 +56,7 @@ func currentVersion() versionInfo {
 func init() {
 	register(&command{
 		name:    "version",
-		summary: "print the version, Go version, platform and available backends",
+		summary: "print the version, Go version, platform, available backends and the CPU kernels in use",
 		run: func(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			fs := newFlags("version", stderr)
 			asJSON := fs.Bool("json", false, "print as JSON")
@@ -66,7 +76,11 @@ func init() {
 			if v.Commit != "" {
 				fmt.Fprintf(stdout, " (%.12s)", v.Commit)
 			}
-			fmt.Fprintf(stdout, " %s %s backends=%v threads=%d\n", v.Go, v.Platform, v.Backends, v.Threads)
+			fmt.Fprintf(stdout, " %s %s backends=%v threads=%d", v.Go, v.Platform, v.Backends, v.Threads)
+			if v.CPU != "" {
+				fmt.Fprintf(stdout, " cpu=%q", v.CPU)
+			}
+			fmt.Fprintf(stdout, " kernels=%v\n", v.Kernels)
 			return nil
 		},
 	})

@@ -360,20 +360,29 @@ func (p *sdpaPlan) prefetch(it, parts int) {
 	if p.split {
 		j0, j1 = max(0, kc*sdpaChunk-p.pad), min(p.tk, (kc+1)*sdpaChunk-p.pad)
 	}
-	for i, kv := range []*sdpaKV{&p.k, &p.v} {
-		es, width := kv.dt.Size(), p.d
-		if i == 1 {
-			width = p.dv
+	prefetchRows(&p.k, b, kvh, j0, j1, p.d)
+	prefetchRows(&p.v, b, kvh, j0, j1, p.dv)
+}
+
+// sdpaBlockPrefetch has blockGemm ask for each block's values and the
+// next block's keys as the block starts, on top of the item before's
+// request for the whole item (which reaches too far ahead to be all there
+// by its time: BenchmarkSDPADecodeDRAM measures both; benchmarks turn it
+// off).
+var sdpaBlockPrefetch = true
+
+// prefetchRows asks for rows j0..j1 of (b, h) of kv, width elements each,
+// to be brought into L2 (prefetchL2), one run per segment.
+func prefetchRows(kv *sdpaKV, b, h, j0, j1, width int) {
+	es := kv.dt.Size()
+	for j := j0; j < j1; {
+		seg := j / kv.segLen
+		n := min(j1, (seg+1)*kv.segLen) - j
+		o := kv.row(b, h, j)
+		if kv.rs > 0 && n > 0 {
+			prefetchL2(&kv.data[o*es], ((n-1)*kv.rs+width)*es)
 		}
-		for j := j0; j < j1; {
-			seg := j / kv.segLen
-			n := min(j1, (seg+1)*kv.segLen) - j
-			o := kv.row(b, kvh, j)
-			if kv.rs > 0 && n > 0 {
-				prefetchL2(&kv.data[o*es], ((n-1)*kv.rs+width)*es)
-			}
-			j += n
-		}
+		j += n
 	}
 }
 
@@ -479,6 +488,14 @@ func (p *sdpaPlan) blockGemm(s *sdpaScratch, b, kvh, nr, j0, j1 int, m, l, acc [
 	for jb, nk := j0, 0; jb < j1; jb += nk {
 		nk = p.blockLen(jb, j1)
 		nkp := (nk + 31) &^ 31
+		// this block's values are read after its keys are packed and scored,
+		// the next block's keys after that: both come in meanwhile
+		if sdpaBlockPrefetch && hasAVX512 {
+			prefetchRows(&p.v, b, kvh, jb, jb+nk, p.dv)
+			if n2 := jb + nk; n2 < j1 {
+				prefetchRows(&p.k, b, kvh, n2, n2+p.blockLen(n2, j1), p.d)
+			}
+		}
 		// keys as 32-column panels of Kᵀ, values as rows of dvp
 		p.packKeys(s.kp, b, kvh, jb, nk)
 		// bfloat16 values in one run of rows are read in place, widened

@@ -226,6 +226,9 @@ func (be *Backend) sdpa(q *tensor.Array, k, v sdpaKV, hkv, tk, dv int, o tensor.
 	parallelFor(items*parts, 1, func(lo, hi int) {
 		s := getSDPAScratch(p)
 		defer sdpaPool.Put(s)
+		if sdpaBlockPrefetch && lo < hi { // no item before it asked for it
+			p.prefetch(lo, parts)
+		}
 		for it := lo; it < hi; it++ {
 			if it+1 < hi {
 				p.prefetch(it+1, parts)
@@ -367,8 +370,8 @@ func (p *sdpaPlan) prefetch(it, parts int) {
 // sdpaBlockPrefetch has blockGemm ask for each block's values and the
 // next block's keys as the block starts, on top of the item before's
 // request for the whole item (which reaches too far ahead to be all there
-// by its time: BenchmarkSDPADecodeDRAM measures both; benchmarks turn it
-// off).
+// by its time), and a worker's first item asked for as it starts
+// (BenchmarkSDPADecodeDRAM measures them: benchmarks turn it off).
 var sdpaBlockPrefetch = true
 
 // prefetchRows asks for rows j0..j1 of (b, h) of kv, width elements each,

@@ -500,7 +500,7 @@ func (p *sdpaPlan) blockGemm(s *sdpaScratch, b, kvh, nr, j0, j1 int, m, l, acc [
 			}
 		}
 		// keys as 32-column panels of Kᵀ, values as rows of dvp
-		p.packKeys(s.kp, b, kvh, jb, nk)
+		p.packKeys(s.kp, s.k[:d], b, kvh, jb, nk)
 		// bfloat16 values in one run of rows are read in place, widened
 		// as the kernel loads them; others are widened into vp first
 		vh := p.v.dt == tensor.BFloat16 && dv == dvp && jb/p.v.segLen == (jb+nk-1)/p.v.segLen
@@ -614,9 +614,10 @@ func (p *sdpaPlan) loadValues(vp []float32, b, kvh, jb, nk, dvp int) {
 // packKeys writes keys jb..jb+nk-1 of (b, kvh) into kp as 32-column
 // panels of Kᵀ (panel c holds, for each t < d, keys 32c..32c+31): runs of
 // 16 keys at one stride (within a segment) are transposed 16×16 in
-// registers, the rest copied one by one. The values are the keys'
-// exactly, whichever way they are moved.
-func (p *sdpaPlan) packKeys(kp []float32, b, kvh, jb, nk int) {
+// registers, the rest copied one by one through kr (d floats of
+// scratch). The values are the keys' exactly, whichever way they are
+// moved.
+func (p *sdpaPlan) packKeys(kp, kr []float32, b, kvh, jb, nk int) {
 	d := p.d
 	kind, es := packKind(p.k.dt), p.k.dt.Size()
 	j := 0
@@ -636,7 +637,6 @@ func (p *sdpaPlan) packKeys(kp []float32, b, kvh, jb, nk int) {
 			}
 		}
 	}
-	kr := make([]float32, d)
 	for ; j < nk; j++ {
 		fusedLoad(kr, p.k.data, p.k.row(b, kvh, jb+j), p.k.dt)
 		pan := kp[j/32*32*d:]

@@ -369,8 +369,8 @@ func (p *sdpaPlan) prefetch(it, parts int) {
 
 // sdpaBlockPrefetch has blockGemm ask for each block's values and the
 // next block's keys as the block starts, on top of the item before's
-// request for the whole item (which reaches too far ahead to be all there
-// by its time), and a worker's first item asked for as it starts
+// request for the whole item (a burst that alone did not speed a batched
+// step up), and a worker's first item asked for as it starts
 // (BenchmarkSDPADecodeDRAM measures them: benchmarks turn it off).
 var sdpaBlockPrefetch = true
 

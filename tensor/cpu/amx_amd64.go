@@ -2,7 +2,9 @@ package cpu
 
 import (
 	"fmt"
+	"math/bits"
 	"os"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 )
@@ -75,21 +77,32 @@ func amxFinish128h(sums *int32, sc *byte, gstride int, x *byte, ldx, ng int, out
 //go:noescape
 func amxUnpack4(dst, src *byte, ng, cpg, trail int)
 
-// amxHW reports AMX-TILE and AMX-INT8 (CPUID leaf 7, EDX bits 24 and
-// 25) with the VNNI kernels' AVX-512, and the OS's permission to use the
-// tile data (amxPermit); amxWhy says why not when it does not.
-var amxHW, amxWhy = func() (bool, string) {
+// amxCPU says what the CPU lacks for the AMX path ("" when it has AMX-TILE
+// and AMX-INT8, CPUID leaf 7 EDX bits 24 and 25, with the VNNI kernels'
+// AVX-512): a CPUID read at start-up, nothing asked of the OS.
+var amxCPU = func() string {
 	if !q8Kernels {
-		return false, "no AVX512_VNNI"
+		return "no AVX512_VNNI"
 	}
 	if _, _, _, edx := cpuid(7, 0); edx&(1<<24) == 0 || edx&(1<<25) == 0 {
-		return false, fmt.Sprintf("no AMX-TILE/AMX-INT8 (CPUID.7.0:EDX %#x)", edx)
+		return fmt.Sprintf("no AMX-TILE/AMX-INT8 (CPUID.7.0:EDX %#x)", edx)
+	}
+	return ""
+}()
+
+// amxTiles reports whether this process may run tile instructions,
+// asking the OS for the tile state on first use (amxPermit) — only when
+// the path is switched on or a test runs the tiles, never at start-up
+// otherwise — and says why not when it may not.
+var amxTiles = sync.OnceValues(func() (bool, string) {
+	if amxCPU != "" {
+		return false, amxCPU
 	}
 	if err := amxPermit(); err != nil {
 		return false, err.Error()
 	}
 	return true, ""
-}()
+})
 
 // amxOn switches the AMX path. It is off unless MLXGO_AMX=1: the tile
 // part has so far run only as its emulation (no machine at hand had the
@@ -100,7 +113,12 @@ var amxOn atomic.Bool
 // amxProducts counts the products the AMX path ran (tests read it).
 var amxProducts atomic.Int64
 
-func init() { amxOn.Store(amxHW && os.Getenv("MLXGO_AMX") == "1") }
+func init() {
+	if os.Getenv("MLXGO_AMX") == "1" {
+		ok, _ := amxTiles()
+		amxOn.Store(ok)
+	}
+}
 
 // AMXInt8 reports whether int8-activation products of 16 or more x rows
 // (a prefill's) run on AMX tiles in this process: MLXGO_AMX=1 on a CPU
@@ -112,7 +130,7 @@ func AMXInt8() bool { return amxOn.Load() }
 const amxMinRows = 16
 
 // amxCfg is the 64-byte tile configuration per group size (index
-// gsIndex): palette 1; tiles 0 and 3 x rows (16 × the group's columns, at
+// amxGroup): palette 1; tiles 0 and 3 x rows (16 × the group's columns, at
 // most 64 bytes), 1 and 4 codes (columns/4 rows × 64 bytes), 2 and 5 the
 // int32 sums (16 × 16).
 var amxCfg = func() (c [3][64]byte) {
@@ -134,6 +152,10 @@ var amxCfg = func() (c [3][64]byte) {
 	}
 	return c
 }()
+
+// amxGroup is the index of group size gs (32, 64, 128) in amxCfg,
+// amxDotsFn and amxFinishFn.
+func amxGroup(gs int) int { return bits.TrailingZeros(uint(gs)) - 5 }
 
 // amxDotsFn is the tile part by group size 32, 64, 128 (the tests put
 // an emulation in its place where the CPU has no tiles).
@@ -159,24 +181,13 @@ var amxStage sizedScratch
 // (ldx bytes each) padded with zero rows to a multiple of 16.
 func amxRun(out []float32, xq []byte, rows, ldx int, p *q8pack, n, k, gs int) {
 	amxProducts.Add(1)
-	ng := k / gs
-	gi := 0
-	switch gs {
-	case 64:
-		gi = 1
-	case 128:
-		gi = 2
-	}
+	ng, gi := k/gs, amxGroup(gs)
 	h := 0
 	if p.half {
 		h = 1
 	}
 	dots, fin, cfg := amxDotsFn[gi], amxFinishFn[h][gi], &amxCfg[gi][0]
-	codes := gs * 16 // a group's codes in the 8-bit layout
-	trail := p.blk/ng - codes
-	if p.bits == 4 {
-		trail = p.blk/ng - gs*8
-	}
+	codes, trail := gs*16, p.trail() // a group's codes in the 8-bit layout, then its scales
 	gstride := codes + trail
 	wide := 0 // float32 words of a widened 4-bit block
 	if p.bits == 4 {
@@ -222,8 +233,11 @@ func AMXStatus() string {
 	switch {
 	case amxOn.Load():
 		return ""
-	case !amxHW:
-		return amxWhy
+	case amxCPU != "":
+		return amxCPU
+	case os.Getenv("MLXGO_AMX") == "1":
+		_, why := amxTiles()
+		return why
 	}
 	return "off unless MLXGO_AMX=1"
 }

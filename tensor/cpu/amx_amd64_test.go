@@ -70,10 +70,11 @@ func TestQ8AMX(t *testing.T) {
 	defer amxOn.Store(amxOn.Load())
 	live := tensor.LiveArrays()
 	modes := []string{"emulated"}
-	if amxHW {
+	tiles, why := amxTiles()
+	if tiles {
 		modes = append(modes, "tiles")
 	} else {
-		t.Logf("the tiles themselves are not run: %s", amxWhy)
+		t.Logf("the tiles themselves are not run: %s", why)
 	}
 	real := amxDotsFn
 	defer func() { amxDotsFn = real }()
@@ -115,9 +116,10 @@ func TestQ8AMX(t *testing.T) {
 		}
 		s.Close()
 	}
-	if amxHW { // the tile part against its emulation, sums for sums
+	if tiles { // the tile part against its emulation, sums for sums
 		r := rand.New(rand.NewPCG(1, 2))
-		for gi, gs := range []int{32, 64, 128} {
+		for _, gs := range []int{32, 64, 128} {
+			gi := amxGroup(gs)
 			const ng = 5
 			gstride, ldx := gs*16+128, q8RowBytes(ng*gs, gs)+24
 			w := make([]byte, ng*gstride)
@@ -147,8 +149,8 @@ func TestQ8AMX(t *testing.T) {
 // sizes on the tiles and on the VNNI kernels, alternated in one run
 // (GFLOP/s of wall time at the run's GOMAXPROCS).
 func BenchmarkQ8AMX(b *testing.B) {
-	if !amxHW {
-		b.Skipf("AMX-INT8 kernels not run: %s", amxWhy)
+	if ok, why := amxTiles(); !ok {
+		b.Skipf("AMX-INT8 kernels not run: %s", why)
 	}
 	defer SetInt8Activations(Int8Activations())
 	SetInt8Activations(true)

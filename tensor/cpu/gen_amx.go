@@ -134,11 +134,22 @@ func dots(gs int) string {
 	return b.String()
 }
 
-// xaddr is x row r's address plus off: DI/R8/R9/R12 hold rows 0, 4, 8
-// and 12, BX ldx, R11 3·ldx.
-func xaddr(r, off int) string {
-	base := []string{"DI", "R8", "R9", "R12"}[r/4]
+// The float32 kernel addresses 16 rows (x rows, then output rows) from a
+// first row's register and a stride in BX: rowBases sets R8/R9/R12 to
+// rows 4, 8 and 12 and R11 to 3·stride, and rowAddr names row r plus off.
+func rowBases(p func(string, ...any), first string) {
+	p("LEAQ (BX)(BX*2), R11")
+	p("LEAQ (%s)(BX*4), R8", first)
+	p("LEAQ (R8)(BX*4), R9")
+	p("LEAQ (R9)(BX*4), R12")
+}
+
+func rowAddr(first string, r, off int) string {
+	base := []string{first, "R8", "R9", "R12"}[r/4]
 	idx := []string{"", "(BX*1)", "(BX*2)", "(R11*1)"}[r%4]
+	if off == 0 {
+		return fmt.Sprintf("(%s)%s", base, idx)
+	}
 	return fmt.Sprintf("%d(%s)%s", off, base, idx)
 }
 
@@ -163,10 +174,7 @@ func finish(gs int, half bool) string {
 	p("MOVQ gstride+16(FP), R10")
 	p("MOVQ x+24(FP), DI")
 	p("MOVQ ldx+32(FP), BX")
-	p("LEAQ (BX)(BX*2), R11")
-	p("LEAQ (DI)(BX*4), R8")
-	p("LEAQ (R8)(BX*4), R9")
-	p("LEAQ (R9)(BX*4), R12")
+	rowBases(p, "DI")
 	p("MOVQ ng+40(FP), CX")
 	for i := range 16 {
 		p("VPXORD Z%d, Z%d, Z%d", i, i, i)
@@ -184,9 +192,9 @@ func finish(gs int, half bool) string {
 	for i := range 16 {
 		t, u := 16+(i%4)*2, 17+(i%4)*2
 		p("VCVTDQ2PS %d(DX), Z%d", 64*i, t)
-		p("VMULPS.BCST %s, Z30, Z%d", xaddr(i, gs), u)
+		p("VMULPS.BCST %s, Z30, Z%d", rowAddr("DI", i, gs), u)
 		p("VFMADD231PS Z%d, Z%d, Z%d", u, t, i)
-		p("VFMADD231PS.BCST %s, Z26, Z%d", xaddr(i, gs+4), i)
+		p("VFMADD231PS.BCST %s, Z26, Z%d", rowAddr("DI", i, gs+4), i)
 	}
 	p("ADDQ R10, SI")
 	p("ADDQ $1024, DX")
@@ -197,14 +205,9 @@ func finish(gs int, half bool) string {
 	p("JNZ %s_group", name)
 	p("MOVQ out+48(FP), AX")
 	p("MOVQ ldo+56(FP), BX")
-	p("LEAQ (BX)(BX*2), R11")
-	p("LEAQ (AX)(BX*4), R8")
-	p("LEAQ (R8)(BX*4), R9")
-	p("LEAQ (R9)(BX*4), R12")
+	rowBases(p, "AX")
 	for i := range 16 {
-		base := []string{"AX", "R8", "R9", "R12"}[i/4]
-		idx := []string{"", "(BX*1)", "(BX*2)", "(R11*1)"}[i%4]
-		p("VMOVUPS Z%d, (%s)%s", i, base, idx)
+		p("VMOVUPS Z%d, %s", i, rowAddr("AX", i, 0))
 	}
 	p("VZEROUPPER")
 	p("RET")

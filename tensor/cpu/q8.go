@@ -78,6 +78,14 @@ type q8pack struct {
 	nblk, blk int // row blocks, bytes per block
 }
 
+// trail is the bytes of a group's scales and biases, after its codes.
+func (p *q8pack) trail() int {
+	if p.half {
+		return 64
+	}
+	return 128
+}
+
 // q8key names one matrix inside a buffer.
 type q8key struct {
 	p                   uintptr
@@ -158,10 +166,7 @@ func q8Build(w qmat) *q8pack {
 		cpgB = w.gs * 16
 	}
 	p := &q8pack{bits: w.bits, half: w.sdt == tensor.BFloat16}
-	trail := 128 // the group's scales and biases
-	if p.half {
-		trail = 64
-	}
+	trail := p.trail()
 	p.nblk = (w.rows + 15) / 16
 	p.blk = ng * (cpgB + trail)
 	p.buf = alloc(p.nblk*p.blk, tensor.Uint8)

@@ -493,7 +493,7 @@ func (p *sdpaPlan) blockGemm(s *sdpaScratch, b, kvh, nr, j0, j1 int, m, l, acc [
 		nkp := (nk + 31) &^ 31
 		// this block's values are read after its keys are packed and scored,
 		// the next block's keys after that: both come in meanwhile
-		if sdpaBlockPrefetch && hasAVX512 {
+		if sdpaBlockPrefetch {
 			prefetchRows(&p.v, b, kvh, jb, jb+nk, p.dv)
 			if n2 := jb + nk; n2 < j1 {
 				prefetchRows(&p.k, b, kvh, n2, n2+p.blockLen(n2, j1), p.d)

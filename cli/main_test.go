@@ -28,7 +28,7 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("version --json: code %d, output %q", code, out)
 	}
 	// the CPU backend's kernels, as it dispatches them
-	if want := cpu.KernelFeatures(); v.Kernels == nil || !slices.Equal(v.Kernels, want) && len(want) > 0 {
+	if want := cpu.KernelFeatures(); v.Kernels == nil || !slices.Equal(v.Kernels, want) {
 		t.Fatalf("version --json: cpu_kernels %v, the backend uses %v", v.Kernels, want)
 	}
 }

@@ -40,9 +40,6 @@ func currentVersion() versionInfo {
 		CPU:      cpu.CPUModel(),
 		Kernels:  cpu.KernelFeatures(),
 	}
-	if v.Kernels == nil {
-		v.Kernels = []string{}
-	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
 			if s.Key == "vcs.revision" {

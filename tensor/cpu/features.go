@@ -3,10 +3,10 @@ package cpu
 // KernelFeatures lists the instruction-set features this backend's
 // kernels dispatch on in this process, in a fixed order: avx2, avx512
 // (F/BW/DQ/VL), avx512_bf16, avx512_vnni, amx_int8 (the last only while
-// the AMX path is on; AMXStatus says why not). Empty where only the
-// portable Go loops run.
+// the AMX path is on; AMXStatus says why not). Empty (not nil) where only
+// the portable Go loops run.
 func KernelFeatures() []string {
-	var f []string
+	f := []string{}
 	for _, c := range []struct {
 		on   bool
 		name string
